@@ -1,0 +1,47 @@
+// Applier: the second stage of the aggregator. Consumes tally.deltas,
+// coalesces each partition's deltas over a flush window and commits every
+// window to that partition's RocksDB with its offsets (window_applier.h).
+//
+// Partitions are balanced over applier processes by a consumer group
+// (<group>-applier), but the offsets that count are the ones in RocksDB: on
+// assignment the applier seeks each partition to its stored next offset,
+// never to the group's committed offset.
+// Thread model: Run() occupies the calling thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/kafka.h"
+#include "base/status.h"
+#include "store/state_store.h"
+
+namespace tally::aggregator {
+
+struct ApplierOptions {
+  base::KafkaOptions kafka;
+  std::string group = "tally";  // the applier joins "<group>-applier"
+  std::string deltas_topic = "tally.deltas";
+  int flush_ms = 50;             // window length
+  size_t key_budget = 200000;    // a window is cut early when it touches this many keys
+};
+
+class Applier {
+ public:
+  // `store` must outlive the applier and have one partition per deltas partition.
+  Applier(ApplierOptions options, store::StateStore* store);
+  ~Applier();
+
+  // Runs until *stop becomes true, then commits the last window and leaves
+  // the group. An error Status when the state cannot be written or the log
+  // no longer holds what the state needs.
+  base::Status Run(const std::atomic<bool>* stop);
+
+ private:
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace tally::aggregator

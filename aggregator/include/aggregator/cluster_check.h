@@ -1,0 +1,22 @@
+// Attaching a state directory to a Kafka cluster (SPEC section 2).
+//
+// The state records the identity of the cluster whose logs it was built
+// from. Started against another cluster: for the embedded broker (whose log
+// lives in memory and is new after every restart) tally keeps the counts and
+// reads the new log from its start; for any other cluster it refuses unless
+// told to reset its offsets.
+#pragma once
+
+#include "base/kafka.h"
+#include "base/status.h"
+#include "store/state_store.h"
+
+namespace tally::aggregator {
+
+// Compares `cluster` with what `store` recorded and acts as above. OK when
+// the pipeline may start; FailedPrecondition (with the one-line explanation)
+// when it must not. Logs one line whenever the identity changes.
+base::Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster,
+                             bool reset_offsets);
+
+}  // namespace tally::aggregator

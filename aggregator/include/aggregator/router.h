@@ -1,0 +1,50 @@
+// Router: the first stage of the aggregator. Consumes the input topics,
+// validates each record, and publishes its effects to tally.deltas, keyed by
+// the entity they touch; invalid records go to tally.dlq with the original
+// bytes, their source coordinates and a one-line reason (as headers).
+//
+// At least once, by construction: input offsets are committed only after the
+// broker acknowledged every delta and DLQ record derived from them. Exactly
+// once is the applier's half (window_applier.h).
+// Thread model: Run() occupies the calling thread; Stop-able from any thread
+// through the flag given to Run().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/kafka.h"
+#include "base/status.h"
+
+namespace tally::aggregator {
+
+struct RouterOptions {
+  base::KafkaOptions kafka;
+  std::vector<std::string> input_topics = {"tally.events"};
+  std::string group = "tally";  // consumer group of the router
+  std::string deltas_topic = "tally.deltas";
+  std::string dlq_topic = "tally.dlq";
+  uint32_t deltas_partitions = 0;     // required: partition count of deltas_topic
+  int linger_ms = 20;                 // longest a routed record waits to be published
+  size_t max_batch_bytes = 256 << 10; // a deltas message is cut at about this size
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options);
+  ~Router();
+
+  // Runs until *stop becomes true, then publishes what it routed, commits and
+  // leaves the group. Returns OK on a requested stop; an error Status when
+  // Kafka fails in a way a restart must fix (nothing uncommitted is lost:
+  // a restarted router re-routes from the committed offsets).
+  base::Status Run(const std::atomic<bool>* stop);
+
+ private:
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace tally::aggregator

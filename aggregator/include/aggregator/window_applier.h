@@ -1,0 +1,102 @@
+// WindowApplier: applies the deltas of one tally.deltas partition to that
+// partition's state, one window at a time.
+//
+// Deltas are coalesced per key over a window (CounterOp: "three +1s become
+// one +3", resets and floors included); like and follow edges are decided
+// in delta order against the window's own changes over the stored edges.
+// Commit() writes the window as ONE WriteBatch holding the state changes,
+// the next deltas offset and, for every source stream, the highest
+// (offset, effect) applied. A delta at or below its stream's mark is a
+// duplicate from a restarted router and is skipped. That invariant is the
+// whole of tally's exactly-once: see aggregator/README.md.
+//
+// A follow edge lives in the follower's partition; when it changes, the
+// window derives deltas for the target's partition (followers, unread
+// follower), sourced at (tally.deltas, this partition, offset, index), so
+// they are deduplicated the same way. The caller must have them
+// acknowledged by the broker before Commit(), or a crash would lose them.
+// Thread model: confined to the applier thread that owns the partition.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "schemas/delta.h"
+#include "store/counter_op.h"
+#include "store/state_store.h"
+
+namespace tally::aggregator {
+
+struct WindowStats {
+  uint64_t applied = 0;     // deltas applied
+  uint64_t duplicates = 0;  // deltas skipped by mark
+};
+
+class WindowApplier {
+ public:
+  // `partition` must outlive this object. `deltas_topic` names the source
+  // stream of derived deltas. `partitions` is the deltas partition count.
+  WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions);
+
+  // Loads the committed progress. Call before anything else.
+  base::Status Load();
+  const store::Progress& progress() const { return progress_; }
+
+  // Applies the batch stored at `offset` of this partition's deltas log.
+  // Derived deltas are appended to (*derived)[target partition] when
+  // `derived` is not null (live mode); replay passes null because the live
+  // applier already logged them. Corruption if the batch does not decode:
+  // nothing of it is applied, but the offset is consumed (the caller logs it).
+  base::Status ApplyBatch(std::string_view bytes, int64_t offset,
+                          std::vector<schemas::DeltaBatchBuilder>* derived);
+
+  // Keys touched by the uncommitted window (for the key budget).
+  size_t pending_keys() const;
+  // True if anything (state or offsets) awaits Commit().
+  bool dirty() const { return dirty_; }
+
+  // Writes the window atomically; on error the window is kept so Commit()
+  // can be retried, and nothing of it is visible.
+  base::Status Commit();
+
+  // Returns the counts since the last call and resets them.
+  WindowStats TakeStats() {
+    WindowStats s = stats_;
+    stats_ = WindowStats();
+    return s;
+  }
+
+ private:
+  struct PairHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& p) const {
+      return std::hash<uint64_t>()(p.first * 0x9e3779b97f4a7c15ULL ^ p.second);
+    }
+  };
+  using Edges = std::unordered_map<std::pair<uint64_t, uint64_t>, bool, PairHash>;
+
+  base::Result<bool> EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b);
+  void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
+                std::vector<schemas::DeltaBatchBuilder>* derived, base::Status* st);
+
+  store::Partition* partition_;
+  std::string deltas_topic_;
+  uint32_t partitions_;
+  store::Progress progress_;
+  bool dirty_ = false;
+  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kPostFieldCount>> post_ops_;
+  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUserFieldCount>> user_ops_;
+  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUnreadCounterKinds>> unread_ops_;
+  Edges likes_;
+  Edges follows_;
+  schemas::DeltaBatchReader reader_;
+  std::vector<store::SourceMark*> stream_marks_;
+  store::PartitionBatch batch_;
+  WindowStats stats_;
+};
+
+}  // namespace tally::aggregator

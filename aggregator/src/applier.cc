@@ -1,0 +1,260 @@
+#include "aggregator/applier.h"
+
+#include <fmt/core.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "aggregator/window_applier.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/metrics.h"
+
+namespace tally::aggregator {
+
+using base::Status;
+
+namespace {
+constexpr const char* kLog = "applier";
+}
+
+struct Applier::Rep {
+  ApplierOptions o;
+  store::StateStore* store;
+  base::KafkaHandle consumer;
+  base::KafkaHandle producer;  // derived deltas (follow -> target's followers)
+  std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
+  std::vector<schemas::DeltaBatchBuilder> derived;
+  int64_t last_flush_ms = 0;
+  Status fatal;
+  const std::atomic<bool>* stop = nullptr;
+
+  std::mutex failure_mu;
+  std::string first_failure;
+
+  base::Counter* applied_total;
+  base::Counter* duplicates_total;
+  base::Counter* windows_total;
+  base::Counter* corrupt_total;
+  base::Histogram* commit_seconds;
+
+  Rep(ApplierOptions opts, store::StateStore* s) : o(std::move(opts)), store(s) {
+    derived.resize(store->partitions());
+    auto& m = base::MetricsRegistry::Global();
+    applied_total = m.GetCounter("tally_applier_deltas_total", "Deltas applied to the state");
+    duplicates_total = m.GetCounter("tally_applier_duplicates_total", "Deltas skipped as already applied");
+    windows_total = m.GetCounter("tally_applier_windows_total", "Partition windows committed");
+    corrupt_total = m.GetCounter("tally_applier_corrupt_batches_total", "Undecodable tally.deltas messages skipped");
+    commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
+  }
+
+  static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    if (!m->err) return;
+    auto* self = static_cast<Rep*>(opaque);
+    std::lock_guard<std::mutex> l(self->failure_mu);
+    if (self->first_failure.empty()) {
+      self->first_failure = fmt::format("derived delta delivery to {}/{} failed: {}",
+                                        rd_kafka_topic_name(m->rkt), m->partition, rd_kafka_err2str(m->err));
+    }
+  }
+
+  static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts,
+                          void* opaque) {
+    auto* self = static_cast<Rep*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      for (int i = 0; i < parts->cnt; i++) {
+        int32_t p = parts->elems[i].partition;
+        if (p < 0 || static_cast<uint32_t>(p) >= self->store->partitions()) {
+          self->fatal = Status::FailedPrecondition(fmt::format(
+              "{}/{} has no state partition: the state has {} partitions", self->o.deltas_topic, p,
+              self->store->partitions()));
+          continue;
+        }
+        auto wa = std::make_unique<WindowApplier>(self->store->partition(p), self->o.deltas_topic,
+                                                  self->store->partitions());
+        Status st = wa->Load();
+        if (!st.ok()) {
+          self->fatal = st;
+          continue;
+        }
+        parts->elems[i].offset = wa->progress().next_deltas_offset;
+        TALLY_LOG_INFO(kLog, "assigned {}/{} at offset {} (from the state)", parts->elems[i].topic, p,
+                       parts->elems[i].offset);
+        self->owned[p] = std::move(wa);
+      }
+      rd_kafka_assign(rk, parts);
+      return;
+    }
+    // After a failure the windows may be half applied: never commit them.
+    if (self->fatal.ok()) {
+      Status st = self->FlushAll();
+      if (!st.ok()) self->fatal = st;
+    }
+    for (int i = 0; i < parts->cnt; i++) self->owned.erase(parts->elems[i].partition);
+    TALLY_LOG_INFO(kLog, "revoked {} partitions", parts->cnt);
+    rd_kafka_assign(rk, nullptr);
+  }
+
+  size_t PendingKeys() const {
+    size_t n = 0;
+    for (const auto& [p, wa] : owned) n += wa->pending_keys();
+    return n;
+  }
+
+  // Derived deltas first (acknowledged), then every window: a crash between
+  // the two re-derives them from the same deltas, and the target drops the
+  // copies by mark.
+  Status FlushAll() {
+    last_flush_ms = base::SteadyMs();
+    bool any_derived = false;
+    for (uint32_t d = 0; d < derived.size(); d++) {
+      if (derived[d].empty()) continue;
+      std::string value = derived[d].Finish();
+      any_derived = true;
+      for (;;) {
+        auto err = rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(o.deltas_topic.c_str()),
+                                     RD_KAFKA_V_PARTITION(static_cast<int32_t>(d)),
+                                     RD_KAFKA_V_VALUE(value.data(), value.size()),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+          rd_kafka_poll(producer.get(), 50);
+          continue;
+        }
+        if (err) return base::KafkaStatus(err, fmt::format("producing derived deltas to partition {}", d));
+        break;
+      }
+    }
+    if (any_derived) {
+      while (rd_kafka_flush(producer.get(), 1000)) {
+        TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge derived deltas");
+      }
+      std::lock_guard<std::mutex> l(failure_mu);
+      if (!first_failure.empty()) return Status::Unavailable(first_failure);
+    }
+    for (auto& [p, wa] : owned) {
+      if (!wa->dirty()) continue;
+      int attempt = 0;
+      for (;;) {
+        int64_t t0 = base::SteadyMs();
+        Status st = wa->Commit();
+        if (st.ok()) {
+          commit_seconds->Observe((base::SteadyMs() - t0) / 1000.0);
+          windows_total->Inc();
+          break;
+        }
+        // The window is kept; nothing of it is visible. Retry until the
+        // store accepts it (a full disk frees up) or we are told to stop.
+        if (attempt++ % 20 == 0) {
+          TALLY_LOG_ERROR(kLog, "partition {}: cannot commit window (offset {}), retrying: {}", p,
+                          wa->progress().next_deltas_offset, st.ToString());
+        }
+        if (stop->load() && attempt > 50) return st;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    for (auto& [p, wa] : owned) {
+      WindowStats ws = wa->TakeStats();
+      applied_total->Inc(ws.applied);
+      duplicates_total->Inc(ws.duplicates);
+    }
+    return Status::Ok();
+  }
+
+  Status HandleMessage(const rd_kafka_message_t* m) {
+    auto it = owned.find(m->partition);
+    if (it == owned.end()) return Status::Ok();  // stale message of a revoked partition
+    Status st = it->second->ApplyBatch(
+        std::string_view(static_cast<const char*>(m->payload ? m->payload : ""), m->len), m->offset, &derived);
+    if (st.code() == base::StatusCode::kCorruption) {
+      corrupt_total->Inc();
+      TALLY_LOG_ERROR(kLog, "skipping undecodable message: {}", st.message());
+      return Status::Ok();
+    }
+    return st;
+  }
+};
+
+Applier::Applier(ApplierOptions options, store::StateStore* store)
+    : rep_(std::make_unique<Rep>(std::move(options), store)) {}
+Applier::~Applier() = default;
+
+Status Applier::Run(const std::atomic<bool>* stop) {
+  Rep& r = *rep_;
+  r.stop = stop;
+  auto pconf = base::MakeKafkaConf(r.o.kafka, {{"enable.idempotence", "true"},
+                                               {"compression.type", "lz4"},
+                                               {"linger.ms", "1"},
+                                               {"acks", "all"},
+                                               {"client.id", "tally-applier"}});
+  if (!pconf.ok()) return pconf.status();
+  rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Rep::OnDelivery);
+  rd_kafka_conf_set_opaque(pconf->get(), &r);
+  auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
+  if (!producer.ok()) return producer.status();
+  r.producer = std::move(producer).value();
+
+  auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group + "-applier"},
+                                               {"enable.auto.commit", "false"},
+                                               {"enable.auto.offset.store", "false"},
+                                               // A stored offset the log no longer has is an
+                                               // error to report, never a silent jump.
+                                               {"auto.offset.reset", "error"},
+                                               {"fetch.wait.max.ms", "10"},
+                                               {"client.id", "tally-applier"}});
+  if (!cconf.ok()) return cconf.status();
+  rd_kafka_conf_set_rebalance_cb(cconf->get(), &Rep::OnRebalance);
+  rd_kafka_conf_set_opaque(cconf->get(), &r);
+  auto consumer = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(cconf).value());
+  if (!consumer.ok()) return consumer.status();
+  r.consumer = std::move(consumer).value();
+  rd_kafka_poll_set_consumer(r.consumer.get());
+  base::KafkaPartitionList topics(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(topics.get(), r.o.deltas_topic.c_str(), RD_KAFKA_PARTITION_UA);
+  if (auto err = rd_kafka_subscribe(r.consumer.get(), topics.get())) {
+    return base::KafkaStatus(err, "subscribing to the deltas topic");
+  }
+  TALLY_LOG_INFO(kLog, "applying {} into {} (window {} ms, key budget {})", r.o.deltas_topic, r.store->dir(),
+                 r.o.flush_ms, r.o.key_budget);
+  r.last_flush_ms = base::SteadyMs();
+
+  Status result = Status::Ok();
+  while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
+    base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
+    if (m) {
+      if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+        result = Status::OutOfRange(fmt::format(
+            "{}/{}: the log no longer holds the offset the state needs ({}); records were lost to "
+            "retention or the log was replaced",
+            r.o.deltas_topic, m->partition, rd_kafka_message_errstr(m.get())));
+        break;
+      } else if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+          TALLY_LOG_WARN(kLog, "consumer: {}", rd_kafka_message_errstr(m.get()));
+        }
+      } else {
+        result = r.HandleMessage(m.get());
+        if (!result.ok()) break;
+      }
+    }
+    rd_kafka_poll(r.producer.get(), 0);
+    int64_t now = base::SteadyMs();
+    if (now - r.last_flush_ms >= r.o.flush_ms || r.PendingKeys() >= r.o.key_budget) {
+      result = r.FlushAll();
+      if (!result.ok()) break;
+    }
+  }
+  if (result.ok() && !r.fatal.ok()) result = r.fatal;
+  if (result.ok()) result = r.FlushAll();
+  if (!result.ok()) r.fatal = result;
+  rd_kafka_consumer_close(r.consumer.get());
+  r.owned.clear();
+  if (result.ok()) {
+    TALLY_LOG_INFO(kLog, "stopped cleanly");
+  } else {
+    TALLY_LOG_ERROR(kLog, "stopped: {}", result.ToString());
+  }
+  return result;
+}
+
+}  // namespace tally::aggregator

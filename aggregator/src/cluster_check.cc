@@ -1,0 +1,47 @@
+#include "aggregator/cluster_check.h"
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+
+namespace tally::aggregator {
+
+using base::Status;
+
+Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster, bool reset_offsets) {
+  const std::string now = cluster.ToString();
+  const std::string before = store->recorded_cluster();
+  if (before == now) return Status::Ok();
+  if (before.empty()) {
+    auto all = store->LoadAllProgress();
+    if (!all.ok()) return all.status();
+    bool fresh = true;
+    for (const auto& p : *all) fresh = fresh && p.next_deltas_offset == 0 && p.marks.empty();
+    if (!fresh && !cluster.embedded && !reset_offsets) {
+      return Status::FailedPrecondition(fmt::format(
+          "{} holds state of an unknown cluster; refusing to attach it to {} (give --reset-offsets to "
+          "keep the counts and read that cluster's logs from their start)",
+          store->dir(), now));
+    }
+    if (!fresh) TALLY_RETURN_IF_ERROR(store->ResetProgress());
+    return store->RecordCluster(now);
+  }
+  if (cluster.embedded) {
+    TALLY_LOG_WARN("cluster", "state in {} was built from cluster {}, this is a new embedded broker log ({}): "
+                   "keeping the counts and reading the new log from its start",
+                   store->dir(), before, now);
+  } else if (reset_offsets) {
+    TALLY_LOG_WARN("cluster", "state in {} was built from cluster {}, now attached to {} (--reset-offsets): "
+                   "keeping the counts and reading its logs from their start",
+                   store->dir(), before, now);
+  } else {
+    return Status::FailedPrecondition(fmt::format(
+        "state in {} was built from Kafka cluster {}, but {} is cluster {}; refusing to start (give "
+        "--reset-offsets to keep the counts and read this cluster's logs from their start)",
+        store->dir(), before, "the given --brokers", now));
+  }
+  TALLY_RETURN_IF_ERROR(store->ResetProgress());
+  return store->RecordCluster(now);
+}
+
+}  // namespace tally::aggregator

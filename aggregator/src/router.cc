@@ -1,0 +1,252 @@
+#include "aggregator/router.h"
+
+#include <fmt/core.h>
+
+#include <map>
+#include <mutex>
+
+#include "aggregator/event_router.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "schemas/delta.h"
+#include "schemas/event.h"
+
+namespace tally::aggregator {
+
+using base::Status;
+
+namespace {
+constexpr const char* kLog = "router";
+}
+
+struct Router::Rep {
+  RouterOptions o;
+  base::KafkaHandle consumer;
+  base::KafkaHandle producer;
+  EventRouter router;
+  std::vector<schemas::DeltaBatchBuilder> builders;
+  schemas::EventParser parser;
+  schemas::Event event;
+
+  // Next offset to commit per input partition, once the flush in flight is acknowledged.
+  std::map<std::pair<std::string, int32_t>, int64_t> pending_offsets;
+  int64_t first_pending_ms = -1;
+  size_t pending_bytes = 0;
+
+  std::mutex failure_mu;
+  std::string first_failure;  // first delivery failure since the last flush
+  Status fatal;               // set by callbacks, returned by Run
+
+  base::Counter* events_total;
+  base::Counter* invalid_total;
+  base::Counter* deltas_total;
+  base::Counter* messages_total;
+
+  explicit Rep(RouterOptions opts) : o(std::move(opts)), router(o.deltas_partitions) {
+    builders.resize(o.deltas_partitions);
+    auto& m = base::MetricsRegistry::Global();
+    events_total = m.GetCounter("tally_router_events_total", "Input records routed (valid and invalid)");
+    invalid_total = m.GetCounter("tally_router_invalid_total", "Input records sent to the dead letter topic");
+    deltas_total = m.GetCounter("tally_router_deltas_total", "Deltas published to tally.deltas");
+    messages_total = m.GetCounter("tally_router_delta_messages_total", "Delta batch messages published");
+  }
+
+  static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    if (!m->err) return;
+    auto* self = static_cast<Rep*>(opaque);
+    std::lock_guard<std::mutex> l(self->failure_mu);
+    if (self->first_failure.empty()) {
+      self->first_failure = fmt::format("delivery to {}/{} failed: {}", rd_kafka_topic_name(m->rkt),
+                                        m->partition, rd_kafka_err2str(m->err));
+    }
+  }
+
+  static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts,
+                          void* opaque) {
+    auto* self = static_cast<Rep*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      for (int i = 0; i < parts->cnt; i++) {
+        TALLY_LOG_INFO(kLog, "assigned {}/{}", parts->elems[i].topic, parts->elems[i].partition);
+      }
+      rd_kafka_assign(rk, parts);
+      return;
+    }
+    // Revoked: publish and commit what we routed so the next owner starts
+    // where we stopped (a failure here only means it re-routes: deduplicated).
+    Status st = self->Flush(/*sync_commit=*/true);
+    if (!st.ok() && self->fatal.ok()) self->fatal = st;
+    TALLY_LOG_INFO(kLog, "revoked {} partitions", parts->cnt);
+    rd_kafka_assign(rk, nullptr);
+  }
+
+  Status Produce(const std::string& topic, int32_t partition, const std::string& value,
+                 rd_kafka_headers_t* headers) {
+    for (;;) {
+      rd_kafka_resp_err_t err;
+      if (headers) {
+        err = rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+                                RD_KAFKA_V_PARTITION(partition),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers),
+                                RD_KAFKA_V_END);
+      } else {
+        err = rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+                                RD_KAFKA_V_PARTITION(partition),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+      }
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(producer.get(), 50);
+        continue;
+      }
+      if (err && headers) rd_kafka_headers_destroy(headers);  // not taken over on failure
+      return base::KafkaStatus(err, fmt::format("producing to {}/{}", topic, partition));
+    }
+  }
+
+  void SendToDlq(const rd_kafka_message_t* m, const std::string& reason) {
+    rd_kafka_headers_t* h = rd_kafka_headers_new(4);
+    std::string part = std::to_string(m->partition);
+    std::string off = std::to_string(m->offset);
+    rd_kafka_header_add(h, "tally.source.topic", -1, rd_kafka_topic_name(m->rkt), -1);
+    rd_kafka_header_add(h, "tally.source.partition", -1, part.data(), part.size());
+    rd_kafka_header_add(h, "tally.source.offset", -1, off.data(), off.size());
+    rd_kafka_header_add(h, "tally.reason", -1, reason.data(), reason.size());
+    std::string value(static_cast<const char*>(m->payload ? m->payload : ""), m->len);
+    Status st = Produce(o.dlq_topic, RD_KAFKA_PARTITION_UA, value, h);
+    if (!st.ok() && fatal.ok()) fatal = st;
+  }
+
+  void Handle(const rd_kafka_message_t* m) {
+    const char* topic = rd_kafka_topic_name(m->rkt);
+    events_total->Inc();
+    Status st = m->payload ? parser.Parse(std::string_view(static_cast<const char*>(m->payload), m->len), &event)
+                           : Status::InvalidArgument("empty record (no value)");
+    if (!st.ok()) {
+      invalid_total->Inc();
+      TALLY_LOG_WARN(kLog, "invalid record topic={} partition={} offset={}: {}", topic, m->partition,
+                     m->offset, st.message());
+      SendToDlq(m, st.message());
+    } else {
+      deltas_total->Inc(router.Route(event, topic, m->partition, m->offset, &builders));
+    }
+    pending_offsets[{topic, m->partition}] = m->offset + 1;
+    if (first_pending_ms < 0) first_pending_ms = base::SteadyMs();
+    pending_bytes += m->len;
+  }
+
+  // Publishes every built batch, waits for the broker to acknowledge all of
+  // them (and the DLQ records), then commits the input offsets they cover.
+  Status Flush(bool sync_commit) {
+    if (pending_offsets.empty()) return Status::Ok();
+    for (uint32_t d = 0; d < builders.size(); d++) {
+      if (builders[d].empty()) continue;
+      std::string value = builders[d].Finish();
+      TALLY_RETURN_IF_ERROR(Produce(o.deltas_topic, static_cast<int32_t>(d), value, nullptr));
+      messages_total->Inc();
+    }
+    for (;;) {
+      rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
+      if (!err) break;
+      TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge {} deltas messages",
+                     rd_kafka_outq_len(producer.get()));
+    }
+    {
+      std::lock_guard<std::mutex> l(failure_mu);
+      if (!first_failure.empty()) {
+        // Do not commit: a restart re-routes from the last committed offsets.
+        return Status::Unavailable(first_failure);
+      }
+    }
+    base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(pending_offsets.size())));
+    for (const auto& [tp, next] : pending_offsets) {
+      rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    }
+    rd_kafka_resp_err_t err = rd_kafka_commit(consumer.get(), list.get(), sync_commit ? 0 : 1);
+    if (err && sync_commit) {
+      // The deltas are safe in the log; an uncommitted offset only means re-routing later.
+      TALLY_LOG_WARN(kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+    }
+    pending_offsets.clear();
+    first_pending_ms = -1;
+    pending_bytes = 0;
+    return Status::Ok();
+  }
+};
+
+Router::Router(RouterOptions options) : rep_(std::make_unique<Rep>(std::move(options))) {}
+Router::~Router() = default;
+
+Status Router::Run(const std::atomic<bool>* stop) {
+  Rep& r = *rep_;
+  if (r.o.deltas_partitions == 0) return Status::InvalidArgument("router: deltas partition count unknown");
+
+  auto pconf = base::MakeKafkaConf(r.o.kafka, {{"enable.idempotence", "true"},
+                                               {"compression.type", "lz4"},
+                                               {"linger.ms", "5"},
+                                               {"acks", "all"},
+                                               {"client.id", "tally-router"}});
+  if (!pconf.ok()) return pconf.status();
+  rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Rep::OnDelivery);
+  rd_kafka_conf_set_opaque(pconf->get(), &r);
+  auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
+  if (!producer.ok()) return producer.status();
+  r.producer = std::move(producer).value();
+
+  auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group},
+                                               {"enable.auto.commit", "false"},
+                                               {"auto.offset.reset", "earliest"},
+                                               {"client.id", "tally-router"}});
+  if (!cconf.ok()) return cconf.status();
+  rd_kafka_conf_set_rebalance_cb(cconf->get(), &Rep::OnRebalance);
+  rd_kafka_conf_set_opaque(cconf->get(), &r);
+  auto consumer = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(cconf).value());
+  if (!consumer.ok()) return consumer.status();
+  r.consumer = std::move(consumer).value();
+  rd_kafka_poll_set_consumer(r.consumer.get());
+
+  base::KafkaPartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(r.o.input_topics.size())));
+  for (const auto& t : r.o.input_topics) {
+    rd_kafka_topic_partition_list_add(topics.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
+  }
+  if (auto err = rd_kafka_subscribe(r.consumer.get(), topics.get())) {
+    return base::KafkaStatus(err, "subscribing to the input topics");
+  }
+  std::string joined;
+  for (const auto& t : r.o.input_topics) joined += (joined.empty() ? "" : ",") + t;
+  TALLY_LOG_INFO(kLog, "routing {} -> {} ({} partitions), group {}", joined, r.o.deltas_topic,
+                 r.o.deltas_partitions, r.o.group);
+
+  Status result = Status::Ok();
+  while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
+    base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
+    if (m) {
+      if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+          TALLY_LOG_WARN(kLog, "consumer: {}", rd_kafka_message_errstr(m.get()));
+        }
+      } else {
+        r.Handle(m.get());
+      }
+    }
+    rd_kafka_poll(r.producer.get(), 0);
+    if (r.first_pending_ms >= 0 &&
+        (base::SteadyMs() - r.first_pending_ms >= r.o.linger_ms || r.pending_bytes >= r.o.max_batch_bytes)) {
+      result = r.Flush(/*sync_commit=*/false);
+      if (!result.ok()) break;
+    }
+  }
+  if (result.ok() && !r.fatal.ok()) result = r.fatal;
+  if (result.ok()) result = r.Flush(/*sync_commit=*/true);
+  rd_kafka_consumer_close(r.consumer.get());
+  rd_kafka_flush(r.producer.get(), 5000);
+  if (result.ok()) {
+    TALLY_LOG_INFO(kLog, "stopped cleanly");
+  } else {
+    TALLY_LOG_ERROR(kLog, "stopped: {}", result.ToString());
+  }
+  return result;
+}
+
+}  // namespace tally::aggregator

@@ -1,0 +1,185 @@
+#include "aggregator/window_applier.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace tally::aggregator {
+namespace {
+
+namespace fs = std::filesystem;
+using schemas::Delta;
+using schemas::DeltaOp;
+
+class WindowApplierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tally-wa-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    Reopen();
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  void Reopen() {
+    store_.reset();
+    store::StoreOptions o;
+    o.dir = dir_.string();
+    o.partitions = 1;
+    o.block_cache_bytes = 8 << 20;
+    auto s = store::StateStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  std::unique_ptr<WindowApplier> NewApplier() {
+    auto wa = std::make_unique<WindowApplier>(store_->partition(0), "tally.deltas", 1);
+    EXPECT_TRUE(wa->Load().ok());
+    return wa;
+  }
+  // A batch from input stream (tally.events, 0).
+  std::string Batch(std::vector<Delta> ds) {
+    schemas::DeltaBatchBuilder b;
+    uint32_t s = b.StreamIndex("tally.events", 0);
+    for (auto& d : ds) {
+      d.source.stream = s;
+      b.Add(d);
+    }
+    return b.Finish();
+  }
+  static Delta Like(bool set, uint64_t post, uint64_t user, int64_t off) {
+    Delta d;
+    d.op = set ? DeltaOp::kLikeSet : DeltaOp::kLikeUnset;
+    d.entity = post;
+    d.member = user;
+    d.source.offset = off;
+    return d;
+  }
+  static Delta Counter(DeltaOp op, uint64_t id, uint8_t field, int64_t amount, int64_t off, uint32_t eff = 0) {
+    Delta d;
+    d.op = op;
+    d.entity = id;
+    d.field = field;
+    d.amount = amount;
+    d.source.offset = off;
+    d.source.effect = eff;
+    return d;
+  }
+  int64_t Likes(uint64_t post) {
+    std::vector<uint64_t> ids = {post};
+    std::vector<store::PostCounts> out;
+    EXPECT_TRUE(store_->GetPostCounts(ids, &out).ok());
+    return out[0].like;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<store::StateStore> store_;
+};
+
+TEST_F(WindowApplierTest, DuplicateLikesCountOnceWithinAndAcrossWindows) {
+  auto wa = NewApplier();
+  std::string b1 = Batch({Like(true, 1, 10, 0), Like(true, 1, 10, 1), Like(true, 1, 11, 2)});
+  ASSERT_TRUE(wa->ApplyBatch(b1, 0, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(Likes(1), 2);
+  std::string b2 = Batch({Like(true, 1, 10, 3), Like(false, 1, 11, 4), Like(false, 1, 11, 5)});
+  ASSERT_TRUE(wa->ApplyBatch(b2, 1, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(Likes(1), 1);
+  auto liked = store_->IsLiked(1, 11);
+  ASSERT_TRUE(liked.ok());
+  EXPECT_FALSE(*liked);
+}
+
+TEST_F(WindowApplierTest, RedeliveredDeltasAreSkippedByMark) {
+  auto wa = NewApplier();
+  std::string b = Batch({Counter(DeltaOp::kPostCounter, 5, 3, 1, 100), Counter(DeltaOp::kPostCounter, 5, 3, 1, 101)});
+  ASSERT_TRUE(wa->ApplyBatch(b, 0, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  // A restarted router re-sends offsets 100..102; only 102 is new.
+  Reopen();
+  wa = NewApplier();
+  EXPECT_EQ(wa->progress().next_deltas_offset, 1);
+  std::string again = Batch({Counter(DeltaOp::kPostCounter, 5, 3, 1, 100), Counter(DeltaOp::kPostCounter, 5, 3, 1, 101),
+                             Counter(DeltaOp::kPostCounter, 5, 3, 1, 102)});
+  ASSERT_TRUE(wa->ApplyBatch(again, 1, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  std::vector<uint64_t> ids = {5};
+  std::vector<store::PostCounts> out;
+  ASSERT_TRUE(store_->GetPostCounts(ids, &out).ok());
+  EXPECT_EQ(out[0].view, 3);
+}
+
+TEST_F(WindowApplierTest, UncommittedWindowIsRedoneAfterRestart) {
+  {
+    auto wa = NewApplier();
+    std::string b = Batch({Counter(DeltaOp::kUserCounter, 9, 0, 1, 0)});
+    ASSERT_TRUE(wa->ApplyBatch(b, 0, nullptr).ok());
+    // crash: no Commit
+  }
+  Reopen();
+  auto wa = NewApplier();
+  EXPECT_EQ(wa->progress().next_deltas_offset, 0);
+  std::string b = Batch({Counter(DeltaOp::kUserCounter, 9, 0, 1, 0)});
+  ASSERT_TRUE(wa->ApplyBatch(b, 0, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  auto uc = store_->GetUserCounts(9);
+  ASSERT_TRUE(uc.ok());
+  EXPECT_EQ(uc->posts, 1);
+}
+
+TEST_F(WindowApplierTest, ResetBetweenIncrementsInOneWindow) {
+  auto wa = NewApplier();
+  uint8_t dm = static_cast<uint8_t>(schemas::UnreadKind::kDm);
+  std::string b = Batch({Counter(DeltaOp::kUnreadAdd, 3, dm, 1, 0), Counter(DeltaOp::kUnreadAdd, 3, dm, 1, 1),
+                         Counter(DeltaOp::kUnreadReset, 3, dm, 0, 2), Counter(DeltaOp::kUnreadAdd, 3, dm, 1, 3)});
+  ASSERT_TRUE(wa->ApplyBatch(b, 0, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  auto u = store_->GetUnreadCounters(3);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->counts[static_cast<int>(schemas::UnreadKind::kDm)], 1);
+}
+
+TEST_F(WindowApplierTest, FollowDerivesTargetDeltasOnlyWhenTheEdgeChanges) {
+  auto wa = NewApplier();
+  Delta f;
+  f.op = DeltaOp::kFollowSet;
+  f.entity = 1;
+  f.member = 2;
+  Delta f2 = f;
+  f2.source.offset = 1;
+  std::vector<schemas::DeltaBatchBuilder> derived(1);
+  ASSERT_TRUE(wa->ApplyBatch(Batch({f, f2}), 0, &derived).ok());
+  ASSERT_EQ(derived[0].delta_count(), 2u);  // followers +1, unread follower +1; the repeat derives nothing
+  std::string bytes = derived[0].Finish();
+  schemas::DeltaBatchReader r;
+  ASSERT_TRUE(r.Open(bytes).ok());
+  EXPECT_EQ(r.streams()[0].topic, "tally.deltas");
+  ASSERT_TRUE(wa->Commit().ok());
+  auto uc = store_->GetUserCounts(1);
+  ASSERT_TRUE(uc.ok());
+  EXPECT_EQ(uc->following, 1);
+  // Applying the derived batch counts the target's follower once, and again is a no-op.
+  ASSERT_TRUE(wa->ApplyBatch(bytes, 1, nullptr).ok());
+  ASSERT_TRUE(wa->ApplyBatch(bytes, 2, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  auto t = store_->GetUserCounts(2);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->followers, 1);
+}
+
+TEST_F(WindowApplierTest, CorruptBatchIsRejectedWholeButConsumed) {
+  auto wa = NewApplier();
+  std::string good = Batch({Counter(DeltaOp::kPostCounter, 5, 1, 1, 0)});
+  std::string bad = good.substr(0, good.size() - 1);
+  auto st = wa->ApplyBatch(bad, 0, nullptr);
+  EXPECT_EQ(st.code(), base::StatusCode::kCorruption);
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(wa->progress().next_deltas_offset, 1);
+  EXPECT_TRUE(wa->progress().marks.empty());
+}
+
+}  // namespace
+}  // namespace tally::aggregator

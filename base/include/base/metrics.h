@@ -1,0 +1,84 @@
+// Process metrics, rendered in the Prometheus text format by GET /metrics.
+//
+// Metrics are registered once (by name and a fixed label set) and then
+// updated lock-free from any thread. Registration returns a pointer owned by
+// the registry that stays valid for the life of the process.
+// Thread model: safe for concurrent use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tally::base {
+
+class Counter {
+ public:
+  void Inc(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+class Gauge {
+ public:
+  void Set(int64_t v) { v_.store(v, std::memory_order_relaxed); }
+  void Add(int64_t d) { v_.fetch_add(d, std::memory_order_relaxed); }
+  int64_t value() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> v_{0};
+};
+
+// Cumulative histogram over fixed upper bounds (seconds for latencies).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Snapshot of bucket counts (non-cumulative; last is +Inf), sum and count.
+  void Snapshot(std::vector<uint64_t>* buckets, double* sum, uint64_t* count) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_micros_{0};
+};
+
+class MetricsRegistry {
+ public:
+  // The process-wide registry.
+  static MetricsRegistry& Global();
+
+  // `name` is a Prometheus metric name ("tally_router_events_total");
+  // `labels` is "" or a rendered label set without braces
+  // ('topic="tally.events",partition="3"'). The same (name, labels) returns
+  // the same metric.
+  Counter* GetCounter(const std::string& name, const std::string& help, const std::string& labels = "");
+  Gauge* GetGauge(const std::string& name, const std::string& help, const std::string& labels = "");
+  Histogram* GetHistogram(const std::string& name, const std::string& help,
+                          const std::string& labels = "",
+                          std::vector<double> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                        0.05, 0.1, 0.25, 0.5, 1, 2.5});
+
+  std::string RenderPrometheus() const;
+
+ private:
+  struct Entry {
+    std::string name, help, labels;
+    int type;  // 0 counter, 1 gauge, 2 histogram
+    std::unique_ptr<Counter> counter;
+    std::unique_ptr<Gauge> gauge;
+    std::unique_ptr<Histogram> histogram;
+  };
+  Entry* FindOrAdd(const std::string& name, const std::string& help, const std::string& labels, int type);
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+}  // namespace tally::base

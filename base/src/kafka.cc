@@ -1,0 +1,213 @@
+#include "base/kafka.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace tally::base {
+
+Status KafkaStatus(rd_kafka_resp_err_t err, std::string_view context) {
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
+  std::string msg = fmt::format("{}: {} ({})", context, rd_kafka_err2str(err), rd_kafka_err2name(err));
+  switch (err) {
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+      return Status::Unavailable(std::move(msg));
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+      return Status::NotFound(std::move(msg));
+    case RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE:
+      return Status::OutOfRange(std::move(msg));
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+      return Status::ResourceExhausted(std::move(msg));
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
+      return Status::InvalidArgument(std::move(msg));
+    case RD_KAFKA_RESP_ERR__DESTROY:
+      return Status::Aborted(std::move(msg));
+    default:
+      return Status::Internal(std::move(msg));
+  }
+}
+
+Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::string>* out) {
+  auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return Status::InvalidArgument(fmt::format("--kafka expects KEY=VALUE, got '{}'", text));
+  }
+  out->first = std::string(text.substr(0, eq));
+  out->second = std::string(text.substr(eq + 1));
+  return Status::Ok();
+}
+
+namespace {
+Status SetConf(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
+  char err[512];
+  if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+    return Status::InvalidArgument(fmt::format("kafka setting {}={}: {}", key, value, err));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<KafkaConf> MakeKafkaConf(const KafkaOptions& options,
+                                const std::map<std::string, std::string>& defaults) {
+  if (options.brokers.empty()) return Status::InvalidArgument("no brokers given (--brokers)");
+  KafkaConf conf(rd_kafka_conf_new());
+  TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "bootstrap.servers", options.brokers));
+  for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
+  if (options.embedded) {
+    // The mock cluster completes a rebalance only after session.timeout.ms - 1000.
+    TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "session.timeout.ms", "6000"));
+    TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "heartbeat.interval.ms", "500"));
+  }
+  for (const auto& [k, v] : options.overrides) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
+  return conf;
+}
+
+Result<KafkaHandle> MakeKafkaHandle(rd_kafka_type_t type, KafkaConf conf) {
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(type, conf.get(), err, sizeof(err));
+  if (!rk) return Status::InvalidArgument(fmt::format("creating Kafka client: {}", err));
+  conf.release();  // owned by rk now
+  return KafkaHandle(rk);
+}
+
+std::string ClusterIdentity::ToString() const {
+  if (incarnation.empty()) return cluster_id;
+  return cluster_id + "/" + incarnation;
+}
+
+Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int timeout_ms) {
+  auto conf = MakeKafkaConf(options, {{"enable.auto.commit", "false"},
+                                      {"enable.partition.eof", "true"},
+                                      {"log_level", "3"}});
+  if (!conf.ok()) return conf.status();
+  auto rk = MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+  if (!rk.ok()) return rk.status();
+  char* id = rd_kafka_clusterid(rk->get(), timeout_ms);
+  if (!id) {
+    return Status::Unavailable(
+        fmt::format("cannot reach Kafka at {} within {} ms", options.brokers, timeout_ms));
+  }
+  ClusterIdentity ident;
+  ident.cluster_id = id;
+  rd_kafka_mem_free(rk->get(), id);
+  ident.embedded = ident.cluster_id.rfind("mockCluster", 0) == 0;
+  if (!ident.embedded) return ident;
+
+  // The embedded broker's incarnation: the first record of tally.meta.
+  rd_kafka_poll_set_consumer(rk->get());
+  KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(parts.get(), std::string(kMetaTopic).c_str(), 0)->offset =
+      RD_KAFKA_OFFSET_BEGINNING;
+  if (auto err = rd_kafka_assign(rk->get(), parts.get())) {
+    return KafkaStatus(err, "assigning tally.meta");
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    KafkaMessage m(rd_kafka_consumer_poll(rk->get(), 100));
+    if (!m) continue;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) break;
+    if (m->err) continue;  // transient; retried until the deadline
+    ident.incarnation.assign(static_cast<const char*>(m->payload), m->len);
+    break;
+  }
+  rd_kafka_consumer_close(rk->get());
+  if (ident.incarnation.empty()) {
+    return Status::Unavailable("embedded broker has no incarnation record in tally.meta");
+  }
+  return ident;
+}
+
+Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
+  const rd_kafka_metadata_t* md = nullptr;
+  std::string name(topic);
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, name.c_str(), nullptr);
+  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+  rd_kafka_topic_destroy(rkt);
+  if (err) return KafkaStatus(err, fmt::format("metadata for {}", topic));
+  int count = -1;
+  rd_kafka_resp_err_t terr = RD_KAFKA_RESP_ERR_NO_ERROR;
+  for (int i = 0; i < md->topic_cnt; i++) {
+    if (name == md->topics[i].topic) {
+      terr = md->topics[i].err;
+      count = md->topics[i].partition_cnt;
+    }
+  }
+  rd_kafka_metadata_destroy(md);
+  if (terr) return KafkaStatus(terr, fmt::format("topic {}", topic));
+  if (count <= 0) return Status::NotFound(fmt::format("topic {} does not exist", topic));
+  return count;
+}
+
+Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::string_view topic,
+                                                     int timeout_ms) {
+  auto n = PartitionCount(rk, topic, timeout_ms);
+  if (!n.ok()) return n.status();
+  std::vector<PartitionOffsets> out;
+  std::string name(topic);
+  for (int p = 0; p < *n; p++) {
+    PartitionOffsets po;
+    po.partition = p;
+    auto err = rd_kafka_query_watermark_offsets(rk, name.c_str(), p, &po.low, &po.high, timeout_ms);
+    if (err) return KafkaStatus(err, fmt::format("watermarks of {}/{}", topic, p));
+    out.push_back(po);
+  }
+  return out;
+}
+
+Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int partitions,
+                    int replication_factor, int timeout_ms) {
+  std::vector<rd_kafka_NewTopic_t*> news;
+  char err[512];
+  for (const auto& t : topics) {
+    auto existing = PartitionCount(rk, t, timeout_ms);
+    if (existing.ok()) continue;
+    int np = t == kMetaTopic ? 1 : partitions;
+    rd_kafka_NewTopic_t* nt = rd_kafka_NewTopic_new(t.c_str(), np, replication_factor, err, sizeof(err));
+    if (!nt) {
+      for (auto* x : news) rd_kafka_NewTopic_destroy(x);
+      return Status::InvalidArgument(fmt::format("topic {}: {}", t, err));
+    }
+    news.push_back(nt);
+  }
+  if (news.empty()) return Status::Ok();
+  rd_kafka_queue_t* q = rd_kafka_queue_new(rk);
+  rd_kafka_AdminOptions_t* opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+  rd_kafka_AdminOptions_set_operation_timeout(opts, timeout_ms, err, sizeof(err));
+  rd_kafka_CreateTopics(rk, news.data(), news.size(), opts, q);
+  Status st = Status::Ok();
+  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, timeout_ms + 2000);
+  if (!ev) {
+    st = Status::Unavailable("CreateTopics timed out");
+  } else if (rd_kafka_event_error(ev)) {
+    st = KafkaStatus(rd_kafka_event_error(ev), "CreateTopics");
+  } else {
+    const rd_kafka_CreateTopics_result_t* res = rd_kafka_event_CreateTopics_result(ev);
+    size_t cnt = 0;
+    const rd_kafka_topic_result_t** trs = rd_kafka_CreateTopics_result_topics(res, &cnt);
+    for (size_t i = 0; i < cnt; i++) {
+      auto e = rd_kafka_topic_result_error(trs[i]);
+      if (e && e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        st = KafkaStatus(e, fmt::format("creating topic {}", rd_kafka_topic_result_name(trs[i])));
+      }
+    }
+  }
+  if (ev) rd_kafka_event_destroy(ev);
+  rd_kafka_AdminOptions_destroy(opts);
+  rd_kafka_queue_destroy(q);
+  for (auto* x : news) rd_kafka_NewTopic_destroy(x);
+  return st;
+}
+
+}  // namespace tally::base

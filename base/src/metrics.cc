@@ -1,0 +1,110 @@
+#include "base/metrics.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <set>
+
+namespace tally::base {
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); i++) buckets_[i].store(0);
+}
+
+void Histogram::Observe(double v) {
+  size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(static_cast<uint64_t>(v * 1e6), std::memory_order_relaxed);
+}
+
+void Histogram::Snapshot(std::vector<uint64_t>* buckets, double* sum, uint64_t* count) const {
+  buckets->resize(bounds_.size() + 1);
+  for (size_t i = 0; i <= bounds_.size(); i++) (*buckets)[i] = buckets_[i].load(std::memory_order_relaxed);
+  *sum = static_cast<double>(sum_micros_.load(std::memory_order_relaxed)) / 1e6;
+  *count = count_.load(std::memory_order_relaxed);
+}
+
+MetricsRegistry& MetricsRegistry::Global() {
+  static MetricsRegistry* r = new MetricsRegistry();
+  return *r;
+}
+
+MetricsRegistry::Entry* MetricsRegistry::FindOrAdd(const std::string& name, const std::string& help,
+                                                   const std::string& labels, int type) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& e : entries_) {
+    if (e->name == name && e->labels == labels) return e.get();
+  }
+  auto e = std::make_unique<Entry>();
+  e->name = name;
+  e->help = help;
+  e->labels = labels;
+  e->type = type;
+  entries_.push_back(std::move(e));
+  return entries_.back().get();
+}
+
+Counter* MetricsRegistry::GetCounter(const std::string& name, const std::string& help,
+                                     const std::string& labels) {
+  Entry* e = FindOrAdd(name, help, labels, 0);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!e->counter) e->counter = std::make_unique<Counter>();
+  return e->counter.get();
+}
+
+Gauge* MetricsRegistry::GetGauge(const std::string& name, const std::string& help,
+                                 const std::string& labels) {
+  Entry* e = FindOrAdd(name, help, labels, 1);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!e->gauge) e->gauge = std::make_unique<Gauge>();
+  return e->gauge.get();
+}
+
+Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::string& help,
+                                         const std::string& labels, std::vector<double> bounds) {
+  Entry* e = FindOrAdd(name, help, labels, 2);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!e->histogram) e->histogram = std::make_unique<Histogram>(std::move(bounds));
+  return e->histogram.get();
+}
+
+std::string MetricsRegistry::RenderPrometheus() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<const Entry*> sorted;
+  for (const auto& e : entries_) sorted.push_back(e.get());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  std::string out;
+  std::set<std::string> described;
+  static const char* kTypes[] = {"counter", "gauge", "histogram"};
+  for (const Entry* e : sorted) {
+    if (described.insert(e->name).second) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", e->name, e->help, e->name, kTypes[e->type]);
+    }
+    std::string braces = e->labels.empty() ? "" : "{" + e->labels + "}";
+    if (e->type == 0) {
+      out += fmt::format("{}{} {}\n", e->name, braces, e->counter->value());
+    } else if (e->type == 1) {
+      out += fmt::format("{}{} {}\n", e->name, braces, e->gauge->value());
+    } else {
+      std::vector<uint64_t> b;
+      double sum;
+      uint64_t count;
+      e->histogram->Snapshot(&b, &sum, &count);
+      uint64_t cum = 0;
+      std::string sep = e->labels.empty() ? "" : e->labels + ",";
+      for (size_t i = 0; i < e->histogram->bounds().size(); i++) {
+        cum += b[i];
+        out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", e->name, sep, e->histogram->bounds()[i], cum);
+      }
+      cum += b.back();
+      out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n", e->name, sep, cum);
+      out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", e->name, braces, sum, e->name, braces, count);
+    }
+  }
+  return out;
+}
+
+}  // namespace tally::base

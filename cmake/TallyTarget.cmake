@@ -1,0 +1,41 @@
+# Shared compile settings, applied per target (never globally).
+function(tally_compile_options target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  if(TALLY_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(TALLY_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# tally_library(<module> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# Defines tally_<module> with alias tally::<module>, PUBLIC include, PRIVATE src.
+function(tally_library module)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(tally_${module} STATIC ${ARG_SOURCES})
+  add_library(tally::${module} ALIAS tally_${module})
+  target_include_directories(tally_${module} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                             PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(tally_${module} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  tally_compile_options(tally_${module})
+endfunction()
+
+# tally_test(<name> SOURCES ... DEPS ... [LABELS ...])
+# A GoogleTest executable registered with ctest through gtest_discover_tests.
+function(tally_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
+  tally_compile_options(${name})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  set(labels unit)
+  if(ARG_LABELS)
+    set(labels ${ARG_LABELS})
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}")
+endfunction()

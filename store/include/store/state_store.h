@@ -1,0 +1,172 @@
+// StateStore: tally's partitioned state in RocksDB.
+//
+// One RocksDB instance per tally.deltas partition, under
+// <state-dir>/partition-NNN, so a partition can move between machines. Keys
+// are "<kind byte><entity id big-endian>[<member id big-endian>]"; counter
+// records are packed varints updated through a merge operator (see
+// counter_op.h); the applier's progress (the next deltas offset and one mark
+// per source stream) lives under reserved keys and is written in the same
+// WriteBatch as the state it produced. <state-dir>/TALLY records the format,
+// the partition count and the Kafka cluster the state was built from.
+//
+// Writers: only the applier thread that owns a partition (Commit).
+// Readers: any thread, concurrently (the HTTP tier). A store opened with
+// read_only follows a running writer in another process (RocksDB secondary
+// instance) and sees its writes after CatchUp().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "schemas/delta.h"
+#include "schemas/event.h"
+#include "store/counter_op.h"
+
+namespace tally::store {
+
+struct StoreOptions {
+  std::string dir = "./data";
+  uint32_t partitions = 16;
+  uint64_t block_cache_bytes = 256ull << 20;  // shared by all partitions
+  uint64_t write_buffer_bytes = 8ull << 20;   // memtable size per partition
+  bool read_only = false;                      // secondary instance (tally serve)
+  bool sync_writes = false;                    // fsync the WAL on every commit
+};
+
+struct PostCounts {
+  uint64_t post_id = 0;
+  int64_t like = 0, repost = 0, comment = 0, view = 0;
+};
+
+struct UserCounts {
+  uint64_t user_id = 0;
+  int64_t posts = 0, followers = 0, following = 0;
+};
+
+// The six plain unread counters, indexed by schemas::UnreadKind.
+struct UnreadCounters {
+  int64_t counts[schemas::kUnreadCounterKinds] = {0, 0, 0, 0, 0, 0};
+};
+
+// The highest (offset, effect) applied from one source stream, and the event
+// time of that delta.
+struct SourceMark {
+  int64_t offset = -1;
+  uint32_t effect = 0;
+  int64_t ts = 0;
+  // True if (offset, effect) is at or below this mark: already applied.
+  bool Covers(int64_t o, uint32_t e) const { return o < offset || (o == offset && e <= effect); }
+};
+
+// What a partition has applied. Persisted atomically with the state.
+struct Progress {
+  int64_t next_deltas_offset = 0;  // next tally.deltas offset of this partition to consume
+  int64_t max_event_ts = 0;        // largest event time applied
+  std::map<schemas::SourceStream, SourceMark> marks;
+};
+
+// The changes of one window to one partition, committed as one WriteBatch.
+// Thread model: externally synchronized.
+class PartitionBatch {
+ public:
+  PartitionBatch();
+  ~PartitionBatch();
+  PartitionBatch(const PartitionBatch&) = delete;
+  PartitionBatch& operator=(const PartitionBatch&) = delete;
+
+  // Counter merges; `ops` has kPostFieldCount / kUserFieldCount /
+  // kUnreadCounterKinds entries, identity entries leave a field unchanged.
+  void MergePostCounters(uint64_t post_id, const CounterOp* ops);
+  void MergeUserCounters(uint64_t user_id, const CounterOp* ops);
+  void MergeUnreadCounters(uint64_t user_id, const CounterOp* ops);
+  void PutLike(uint64_t post_id, uint64_t user_id);
+  void DeleteLike(uint64_t post_id, uint64_t user_id);
+  void PutFollow(uint64_t user_id, uint64_t target_id);
+  void DeleteFollow(uint64_t user_id, uint64_t target_id);
+  // Records the progress this batch reaches; call once per batch.
+  void SetProgress(const Progress& progress);
+
+  size_t Count() const;
+  void Clear();
+
+ private:
+  friend class Partition;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+// One partition's RocksDB. Owned by StateStore.
+class Partition {
+ public:
+  ~Partition();
+  uint32_t id() const { return id_; }
+
+  // Point reads. Safe for concurrent use. IOError/Corruption on failure.
+  base::Result<bool> HasLike(uint64_t post_id, uint64_t user_id) const;
+  base::Result<bool> HasFollow(uint64_t user_id, uint64_t target_id) const;
+
+  // The progress last committed (zero Progress for a new partition).
+  base::Result<Progress> LoadProgress() const;
+
+  // Writes `batch` atomically (state and progress together). On error
+  // nothing of the batch is visible. Only the owning applier thread calls it.
+  base::Status Commit(PartitionBatch* batch);
+
+ private:
+  friend class StateStore;
+  struct Rep;
+  Partition(uint32_t id, std::unique_ptr<Rep> rep);
+  uint32_t id_;
+  std::unique_ptr<Rep> rep_;
+};
+
+class StateStore {
+ public:
+  // Opens (creating if allowed and missing) every partition under
+  // options.dir. InvalidArgument if the directory was made with another
+  // partition count; Corruption if its TALLY file or a database is damaged;
+  // IOError if the directory cannot be used. The caller owns the store.
+  static base::Result<std::unique_ptr<StateStore>> Open(const StoreOptions& options);
+  ~StateStore();
+
+  uint32_t partitions() const;
+  const std::string& dir() const;
+  // Borrowed; valid while the store lives. Precondition: i < partitions().
+  Partition* partition(uint32_t i);
+
+  // The cluster identity recorded in TALLY ("" if none yet).
+  std::string recorded_cluster() const;
+  // Records `identity` in TALLY (atomically, by rename). Not for read_only.
+  base::Status RecordCluster(const std::string& identity);
+
+  // Reads, safe for concurrent use. Unknown ids read as zeros.
+  // Fills `out` (resized to ids.size()) in the order of `ids`, with one
+  // batched MultiGet per partition touched.
+  base::Status GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out) const;
+  base::Result<UserCounts> GetUserCounts(uint64_t user_id) const;
+  base::Result<UnreadCounters> GetUnreadCounters(uint64_t user_id) const;
+  base::Result<bool> IsLiked(uint64_t post_id, uint64_t user_id) const;
+  // The user's followees in ascending id order.
+  base::Result<std::vector<uint64_t>> GetFollowees(uint64_t user_id) const;
+  // Progress of every partition, indexed by partition.
+  base::Result<std::vector<Progress>> LoadAllProgress() const;
+
+  // read_only stores: catch up with the writer's latest commits. No-op otherwise.
+  base::Status CatchUp();
+
+  // Resets every partition's progress (deltas offset 0, no marks) keeping
+  // the counts: used when the state is attached to a new log. Not for read_only.
+  base::Status ResetProgress();
+
+ private:
+  struct Rep;
+  explicit StateStore(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace tally::store

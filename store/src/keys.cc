@@ -1,0 +1,139 @@
+#include "keys.h"
+
+namespace tally::store {
+
+int CounterFieldCount(char kind) {
+  switch (static_cast<RecordKind>(kind)) {
+    case RecordKind::kPostCounters: return schemas::kPostFieldCount;
+    case RecordKind::kUserCounters: return schemas::kUserFieldCount;
+    case RecordKind::kUnreadCounters: return schemas::kUnreadCounterKinds;
+    default: return 0;
+  }
+}
+
+namespace {
+inline void PutBigEndian64(std::string* out, uint64_t v) {
+  for (int i = 7; i >= 0; i--) out->push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+}
+}  // namespace
+
+void EncodeKey(RecordKind kind, uint64_t id, std::string* out) {
+  out->clear();
+  out->push_back(static_cast<char>(kind));
+  PutBigEndian64(out, id);
+}
+
+void EncodeKey(RecordKind kind, uint64_t id, uint64_t member, std::string* out) {
+  EncodeKey(kind, id, out);
+  PutBigEndian64(out, member);
+}
+
+uint64_t DecodeBigEndian64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+void PutVarint64(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+bool GetVarint64(std::string_view in, size_t* pos, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 63 && *pos < in.size(); shift += 7) {
+    uint8_t b = static_cast<uint8_t>(in[(*pos)++]);
+    result |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+void EncodeCounters(const int64_t* values, int n, std::string* out) {
+  out->clear();
+  for (int i = 0; i < n; i++) PutVarint64(out, static_cast<uint64_t>(values[i] < 0 ? 0 : values[i]));
+}
+
+bool DecodeCounters(std::string_view in, int64_t* values, int n) {
+  size_t pos = 0;
+  for (int i = 0; i < n; i++) {
+    values[i] = 0;
+    if (pos >= in.size()) continue;
+    uint64_t v;
+    if (!GetVarint64(in, &pos, &v)) return false;
+    values[i] = static_cast<int64_t>(v);
+  }
+  return true;
+}
+
+void EncodeCounterOps(const CounterOp* ops, int n, std::string* out) {
+  out->clear();
+  out->push_back(1);  // operand format version
+  for (int i = 0; i < n; i++) {
+    out->push_back(ops[i].reset ? 1 : 0);
+    PutVarint64(out, ZigZagEncode(ops[i].add));
+    PutVarint64(out, static_cast<uint64_t>(ops[i].floor));
+  }
+}
+
+bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n) {
+  if (in.empty() || in[0] != 1) return false;
+  size_t pos = 1;
+  for (int i = 0; i < n; i++) {
+    if (pos >= in.size()) return false;
+    ops[i].reset = in[pos++] & 1;
+    uint64_t a, f;
+    if (!GetVarint64(in, &pos, &a) || !GetVarint64(in, &pos, &f)) return false;
+    ops[i].add = ZigZagDecode(a);
+    ops[i].floor = static_cast<int64_t>(f);
+  }
+  return pos == in.size();
+}
+
+void EncodeProgress(const Progress& p, std::string* out) {
+  out->clear();
+  out->push_back(1);
+  PutVarint64(out, static_cast<uint64_t>(p.next_deltas_offset));
+  PutVarint64(out, static_cast<uint64_t>(p.max_event_ts));
+  PutVarint64(out, p.marks.size());
+  for (const auto& [stream, mark] : p.marks) {
+    PutVarint64(out, stream.topic.size());
+    out->append(stream.topic);
+    PutVarint64(out, static_cast<uint32_t>(stream.partition));
+    PutVarint64(out, ZigZagEncode(mark.offset));
+    PutVarint64(out, mark.effect);
+    PutVarint64(out, static_cast<uint64_t>(mark.ts));
+  }
+}
+
+bool DecodeProgress(std::string_view in, Progress* p) {
+  *p = Progress();
+  if (in.empty() || in[0] != 1) return false;
+  size_t pos = 1;
+  uint64_t off, ts, n;
+  if (!GetVarint64(in, &pos, &off) || !GetVarint64(in, &pos, &ts) || !GetVarint64(in, &pos, &n)) return false;
+  p->next_deltas_offset = static_cast<int64_t>(off);
+  p->max_event_ts = static_cast<int64_t>(ts);
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t len, part, moff, eff, mts;
+    if (!GetVarint64(in, &pos, &len) || len > in.size() - pos) return false;
+    schemas::SourceStream s;
+    s.topic.assign(in.substr(pos, len));
+    pos += len;
+    if (!GetVarint64(in, &pos, &part) || !GetVarint64(in, &pos, &moff) || !GetVarint64(in, &pos, &eff) ||
+        !GetVarint64(in, &pos, &mts)) {
+      return false;
+    }
+    s.partition = static_cast<int32_t>(part);
+    p->marks[s] = SourceMark{ZigZagDecode(moff), static_cast<uint32_t>(eff), static_cast<int64_t>(mts)};
+  }
+  return pos == in.size();
+}
+
+}  // namespace tally::store

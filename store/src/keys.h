@@ -1,0 +1,58 @@
+// Key layout and record encodings of the state (internal to store/).
+//
+//   'p' post(8)              -> post counters: 4 varints (like, repost, comment, view)
+//   'u' user(8)              -> user counters: 3 varints (posts, followers, following)
+//   'n' user(8)              -> unread counters: 6 varints (UnreadKind order)
+//   'l' post(8) user(8)      -> like edge, empty value
+//   'f' user(8) target(8)    -> followee edge, empty value
+//   0x00 "progress"          -> Progress (see EncodeProgress)
+// Ids are big-endian so that a prefix scan returns members in id order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "store/counter_op.h"
+#include "store/state_store.h"
+
+namespace tally::store {
+
+enum class RecordKind : char {
+  kPostCounters = 'p',
+  kUserCounters = 'u',
+  kUnreadCounters = 'n',
+  kLikeEdge = 'l',
+  kFollowEdge = 'f',
+  kMeta = '\0',
+};
+
+inline constexpr std::string_view kProgressKey{"\0progress", 9};
+
+// Number of counter fields of a counter record kind; 0 if `kind` is not one.
+int CounterFieldCount(char kind);
+
+// Appends "<kind><id BE>" (and "<member BE>") to *out, which is cleared first.
+void EncodeKey(RecordKind kind, uint64_t id, std::string* out);
+void EncodeKey(RecordKind kind, uint64_t id, uint64_t member, std::string* out);
+uint64_t DecodeBigEndian64(const char* p);
+
+void PutVarint64(std::string* out, uint64_t v);
+bool GetVarint64(std::string_view in, size_t* pos, uint64_t* v);
+inline uint64_t ZigZagEncode(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+inline int64_t ZigZagDecode(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+// Counter values: `n` varints. Decoding tolerates a shorter record (missing
+// fields read 0) so fields can be appended in later formats.
+void EncodeCounters(const int64_t* values, int n, std::string* out);
+bool DecodeCounters(std::string_view in, int64_t* values, int n);
+
+// Merge operands: version byte, then per field: flags (bit 0 reset),
+// zigzag add, varint floor.
+void EncodeCounterOps(const CounterOp* ops, int n, std::string* out);
+bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n);
+
+void EncodeProgress(const Progress& p, std::string* out);
+bool DecodeProgress(std::string_view in, Progress* p);
+
+}  // namespace tally::store

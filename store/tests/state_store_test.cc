@@ -1,0 +1,151 @@
+#include "store/state_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tally::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tally-store-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    options_.dir = dir_.string();
+    options_.partitions = 4;
+    options_.block_cache_bytes = 8 << 20;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<StateStore> OpenOrDie() {
+    auto s = StateStore::Open(options_);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::move(s).value();
+  }
+
+  fs::path dir_;
+  StoreOptions options_;
+};
+
+TEST_F(StateStoreTest, UnknownIdsReadZero) {
+  auto store = OpenOrDie();
+  std::vector<uint64_t> ids = {1, 2, 3};
+  std::vector<PostCounts> out;
+  ASSERT_TRUE(store->GetPostCounts(ids, &out).ok());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].post_id, 3u);
+  EXPECT_EQ(out[2].like, 0);
+  auto uc = store->GetUserCounts(9);
+  ASSERT_TRUE(uc.ok());
+  EXPECT_EQ(uc->followers, 0);
+}
+
+TEST_F(StateStoreTest, MergedCountersAndProgressSurviveReopen) {
+  {
+    auto store = OpenOrDie();
+    uint32_t p = schemas::PartitionOf(7, 4);
+    for (int round = 0; round < 3; round++) {
+      PartitionBatch b;
+      CounterOp ops[4] = {CounterOp::Add(2), CounterOp::Add(1), {}, CounterOp::Add(-5)};
+      b.MergePostCounters(7, ops);
+      b.PutLike(7, 100);
+      Progress pr;
+      pr.next_deltas_offset = 10 + round;
+      pr.max_event_ts = 1000;
+      pr.marks[{"tally.events", 3}] = SourceMark{42 + round, 1, 999};
+      b.SetProgress(pr);
+      ASSERT_TRUE(store->partition(p)->Commit(&b).ok());
+    }
+    auto pr = store->partition(p)->LoadProgress();
+    ASSERT_TRUE(pr.ok());
+    EXPECT_EQ(pr->next_deltas_offset, 12);
+  }
+  auto store = OpenOrDie();
+  std::vector<uint64_t> ids = {7};
+  std::vector<PostCounts> out;
+  ASSERT_TRUE(store->GetPostCounts(ids, &out).ok());
+  EXPECT_EQ(out[0].like, 6);
+  EXPECT_EQ(out[0].repost, 3);
+  EXPECT_EQ(out[0].view, 0);  // floored at zero
+  auto liked = store->IsLiked(7, 100);
+  ASSERT_TRUE(liked.ok());
+  EXPECT_TRUE(*liked);
+  auto pr = store->partition(schemas::PartitionOf(7, 4))->LoadProgress();
+  ASSERT_TRUE(pr.ok());
+  EXPECT_EQ(pr->next_deltas_offset, 12);
+  auto m = pr->marks.at({"tally.events", 3});
+  EXPECT_EQ(m.offset, 44);
+  EXPECT_TRUE(m.Covers(44, 1));
+  EXPECT_FALSE(m.Covers(44, 2));
+}
+
+TEST_F(StateStoreTest, FolloweesListedInIdOrder) {
+  auto store = OpenOrDie();
+  PartitionBatch b;
+  for (uint64_t t : {300ull, 5ull, 70000ull}) b.PutFollow(11, t);
+  b.PutFollow(12, 1);
+  ASSERT_TRUE(store->partition(schemas::PartitionOf(11, 4))->Commit(&b).ok());
+  auto f = store->GetFollowees(11);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f, (std::vector<uint64_t>{5, 300, 70000}));
+}
+
+TEST_F(StateStoreTest, RejectsOtherPartitionCount) {
+  { auto store = OpenOrDie(); }
+  options_.partitions = 8;
+  auto s = StateStore::Open(options_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), base::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StateStoreTest, RejectsForeignDirectory) {
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "something") << "not tally";
+  auto s = StateStore::Open(options_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), base::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StateStoreTest, CorruptMetaFileIsReported) {
+  { auto store = OpenOrDie(); }
+  std::ofstream(dir_ / "TALLY", std::ios::trunc) << "{garbage";
+  auto s = StateStore::Open(options_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), base::StatusCode::kCorruption);
+}
+
+TEST_F(StateStoreTest, ReadOnlyStoreFollowsWriterAfterCatchUp) {
+  auto writer = OpenOrDie();
+  StoreOptions ro = options_;
+  ro.read_only = true;
+  auto reader_r = StateStore::Open(ro);
+  ASSERT_TRUE(reader_r.ok()) << reader_r.status().ToString();
+  auto reader = std::move(reader_r).value();
+  PartitionBatch b;
+  CounterOp ops[3] = {CounterOp::Add(4), {}, {}};
+  b.MergeUserCounters(5, ops);
+  ASSERT_TRUE(writer->partition(schemas::PartitionOf(5, 4))->Commit(&b).ok());
+  ASSERT_TRUE(reader->CatchUp().ok());
+  auto uc = reader->GetUserCounts(5);
+  ASSERT_TRUE(uc.ok());
+  EXPECT_EQ(uc->posts, 4);
+}
+
+TEST_F(StateStoreTest, RecordsClusterIdentity) {
+  {
+    auto store = OpenOrDie();
+    EXPECT_EQ(store->recorded_cluster(), "");
+    ASSERT_TRUE(store->RecordCluster("abc/123").ok());
+  }
+  auto store = OpenOrDie();
+  EXPECT_EQ(store->recorded_cluster(), "abc/123");
+}
+
+}  // namespace
+}  // namespace tally::store
