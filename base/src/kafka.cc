@@ -88,7 +88,9 @@ std::string ClusterIdentity::ToString() const {
 }
 
 Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int timeout_ms) {
-  auto conf = MakeKafkaConf(options, {{"enable.auto.commit", "false"},
+  // assign() needs a group id; this consumer never joins, commits or subscribes.
+  auto conf = MakeKafkaConf(options, {{"group.id", "tally-probe"},
+                                      {"enable.auto.commit", "false"},
                                       {"enable.partition.eof", "true"},
                                       {"log_level", "3"}});
   if (!conf.ok()) return conf.status();

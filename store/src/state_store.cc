@@ -207,7 +207,7 @@ Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* c
 }  // namespace
 
 Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options) {
-  if (options.partitions == 0 || options.partitions > 4096) {
+  if (options.partitions > 4096) {
     return Status::InvalidArgument(fmt::format("partition count {} out of range 1..4096", options.partitions));
   }
   auto rep = std::make_unique<Rep>();
@@ -217,6 +217,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   uint32_t recorded_partitions = 0;
   Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
   if (meta.code() == base::StatusCode::kNotFound) {
+    if (options.partitions == 0) {
+      return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
+    }
     if (options.read_only) {
       return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
     }
@@ -231,7 +234,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   } else if (!meta.ok()) {
     return meta;
   }
-  if (recorded_partitions != options.partitions) {
+  if (options.partitions == 0) {
+    rep->options.partitions = recorded_partitions;  // "as recorded"
+  } else if (recorded_partitions != options.partitions) {
     return Status::InvalidArgument(fmt::format(
         "{} was built with {} partitions, but tally.deltas has {}; use a fresh --state-dir",
         dir, recorded_partitions, options.partitions));
@@ -270,7 +275,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (ec) return Status::IOError(fmt::format("creating {}: {}", rep->secondary_dir, ec.message()));
   }
 
-  for (uint32_t i = 0; i < options.partitions; i++) {
+  for (uint32_t i = 0; i < rep->options.partitions; i++) {
     std::string path = dir + "/" + PartitionDirName(i);
     rocksdb::DB* raw = nullptr;
     rocksdb::Status s;
@@ -286,7 +291,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->write_options.sync = options.sync_writes;
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
-  TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, options.partitions,
+  TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
                  options.read_only ? ", read-only" : "",
                  rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);
   return std::unique_ptr<StateStore>(new StateStore(std::move(rep)));

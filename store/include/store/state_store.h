@@ -31,7 +31,7 @@ namespace tally::store {
 
 struct StoreOptions {
   std::string dir = "./data";
-  uint32_t partitions = 16;
+  uint32_t partitions = 16;  // 0: as recorded in an existing state directory
   uint64_t block_cache_bytes = 256ull << 20;  // shared by all partitions
   uint64_t write_buffer_bytes = 8ull << 20;   // memtable size per partition
   bool read_only = false;                      // secondary instance (tally serve)
