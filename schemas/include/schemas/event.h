@@ -74,12 +74,12 @@ struct Event {
   std::string id;  // optional tracing id, empty when absent
 
   uint64_t post_id = 0;
-  uint64_t user_id = 0;       // like/unlike/repost/comment/view/mention/follow/unfollow/read
-  uint64_t author_id = 0;     // post, post_delete, and optional on like/repost/comment
-  uint64_t target_id = 0;     // follow/unfollow
-  uint64_t from_user_id = 0;  // dm
-  uint64_t to_user_id = 0;    // dm
-  uint64_t notice_id = 0;     // notice, read(kind=notice)
+  uint64_t user_id = 0;              // like/unlike/repost/comment/view/mention/follow/unfollow/read
+  uint64_t author_id = 0;            // post, post_delete, and optional on like/repost/comment
+  uint64_t target_id = 0;            // follow/unfollow
+  uint64_t from_user_id = 0;         // dm
+  uint64_t to_user_id = 0;           // dm
+  uint64_t notice_id = 0;            // notice, read(kind=notice)
   std::vector<uint64_t> target_ids;  // mention: 1..100 ids, as given
   std::string title;                 // notice, optional
   std::string channel;               // red_dot, read(kind=red_dot)
@@ -95,8 +95,8 @@ struct Event {
 };
 
 // Limits of SPEC section 1, as in schemas/json/.
-inline constexpr size_t kMaxMentionTargets = 100;   // mention.target_ids: 1..100 ids
-inline constexpr size_t kMaxTitleCodePoints = 1024;  // notice.title: code points
+inline constexpr size_t kMaxMentionTargets = 100;     // mention.target_ids: 1..100 ids
+inline constexpr size_t kMaxTitleCodePoints = 1024;   // notice.title: code points
 inline constexpr size_t kMaxSnapshotEntries = 10000;  // read.snapshot: entries
 // Containers (objects and arrays) may nest at most this deep, the event
 // object itself counting as 1. Deeper documents are rejected whatever the

@@ -1,0 +1,138 @@
+#include "json_text.h"
+
+namespace tally::schemas::internal {
+namespace {
+
+constexpr std::string_view kMaxIdDigits = "9223372036854775807";
+constexpr size_t kReasonValueLimit = 64;
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+}  // namespace
+
+IdStringCheck ParseIdString(std::string_view s, uint64_t* out) {
+  if (s.empty()) return IdStringCheck::kMalformed;
+  for (char c : s) {
+    if (!IsDigit(c)) return IdStringCheck::kMalformed;
+  }
+  if (s[0] == '0') {
+    // "0" is a canonical decimal, just out of range; "01" is not canonical.
+    return s.size() == 1 ? IdStringCheck::kOutOfRange : IdStringCheck::kMalformed;
+  }
+  if (s.size() > kMaxIdDigits.size()) return IdStringCheck::kOutOfRange;
+  // Same length decimals without leading zeros compare like their values.
+  if (s.size() == kMaxIdDigits.size() && s > kMaxIdDigits) return IdStringCheck::kOutOfRange;
+  uint64_t v = 0;
+  for (char c : s) v = v * 10 + static_cast<uint64_t>(c - '0');
+  *out = v;
+  return IdStringCheck::kOk;
+}
+
+bool IsJsonNumber(std::string_view t) {
+  size_t i = 0;
+  const size_t n = t.size();
+  if (i < n && t[i] == '-') ++i;
+  if (i == n) return false;
+  if (t[i] == '0') {
+    ++i;
+  } else if (t[i] >= '1' && t[i] <= '9') {
+    while (i < n && IsDigit(t[i])) ++i;
+  } else {
+    return false;
+  }
+  if (i < n && t[i] == '.') {
+    ++i;
+    const size_t start = i;
+    while (i < n && IsDigit(t[i])) ++i;
+    if (i == start) return false;
+  }
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+    const size_t start = i;
+    while (i < n && IsDigit(t[i])) ++i;
+    if (i == start) return false;
+  }
+  return i == n;
+}
+
+std::string_view TrimTrailingJsonWhitespace(std::string_view s) {
+  while (!s.empty()) {
+    const char c = s.back();
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool IsChannelName(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || IsDigit(c) || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+size_t CountCodePoints(std::string_view utf8) {
+  size_t n = 0;
+  for (char c : utf8) {
+    // Every code point has exactly one byte that is not a continuation byte.
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+void AppendJsonString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  size_t run = 0;  // start of the pending run of bytes that need no escape
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out->append(s.data() + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default: {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out->append(esc, sizeof(esc));
+      }
+    }
+  }
+  out->append(s.data() + run, s.size() - run);
+  out->push_back('"');
+}
+
+void AppendQuotedForReason(std::string* out, std::string_view s) {
+  if (s.size() <= kReasonValueLimit) {
+    AppendJsonString(out, s);
+    return;
+  }
+  size_t cut = kReasonValueLimit;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  AppendJsonString(out, s.substr(0, cut));
+  out->append("...");
+}
+
+}  // namespace tally::schemas::internal

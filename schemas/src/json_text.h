@@ -1,0 +1,50 @@
+// Text-level rules shared by the event parser and EventToJson: the id string
+// rule, the JSON number grammar, channel names, code point counting and JSON
+// string escaping. Each function mirrors one keyword of the JSON Schema files
+// in schemas/json/ exactly; the conformance test holds them to it.
+// Internal to schemas/: not part of the public API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tally::schemas::internal {
+
+enum class IdStringCheck : uint8_t {
+  kOk = 0,
+  kMalformed,   // not a canonical decimal: empty, a non-digit, or a leading zero
+  kOutOfRange,  // canonical decimal digits, but 0 or above 2^63-1
+};
+
+// Checks `s` against defs.json#/$defs/id_string: ASCII digits only, no sign,
+// no spaces, no leading zero, value 1..2^63-1. On kOk sets *out; otherwise
+// leaves it untouched.
+IdStringCheck ParseIdString(std::string_view s, uint64_t* out);
+
+// True if `token` is exactly one JSON number (RFC 8259 section 6):
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+bool IsJsonNumber(std::string_view token);
+
+// Removes trailing JSON whitespace (space, tab, LF, CR).
+std::string_view TrimTrailingJsonWhitespace(std::string_view s);
+
+// True if `s` matches defs.json#/$defs/channel: 1..64 of [a-z0-9_.-].
+bool IsChannelName(std::string_view s);
+
+// The number of Unicode code points in `utf8`, which must be valid UTF-8
+// (what JSON Schema's maxLength counts).
+size_t CountCodePoints(std::string_view utf8);
+
+// Appends `s` as a JSON string literal (with the quotes): escapes '"', '\\'
+// and every control character below 0x20; other bytes are copied, so valid
+// UTF-8 in gives valid JSON out.
+void AppendJsonString(std::string* out, std::string_view s);
+
+// Appends `s` quoted for a one-line error reason: as AppendJsonString, but
+// cut after 64 bytes (at a UTF-8 boundary) with "..." so that a hostile
+// value cannot make a reason long or multi-line.
+void AppendQuotedForReason(std::string* out, std::string_view s);
+
+}  // namespace tally::schemas::internal
