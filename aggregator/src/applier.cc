@@ -72,7 +72,7 @@ struct Applier::Rep {
           continue;
         }
         auto wa = std::make_unique<WindowApplier>(self->store->partition(p), self->o.deltas_topic,
-                                                  self->store->partitions());
+                                                  self->store->partitions(), self->store->options().viewed);
         Status st = wa->Load();
         if (!st.ok()) {
           self->fatal = st;

@@ -68,6 +68,7 @@ uint32_t EventRouter::Route(const Event& e, std::string_view topic, int32_t part
       break;
     case EventType::kView:
       counter(kPost, e.post_id, field(schemas::PostField::kView), 1);
+      if (e.user_id) edge(DeltaOp::kViewMember, e.post_id, e.user_id);
       break;
     case EventType::kMention:
       // A user named twice in one mention is notified once.

@@ -120,7 +120,8 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   }
   std::vector<std::unique_ptr<WindowApplier>> appliers;
   for (uint32_t p = 0; p < nparts; p++) {
-    appliers.push_back(std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts));
+    appliers.push_back(
+        std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts, store->options().viewed));
     TALLY_RETURN_IF_ERROR(appliers.back()->Load());
   }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "base/log.h"
+
 namespace tally::aggregator {
 
 using base::Status;
@@ -11,18 +13,27 @@ using schemas::Delta;
 using schemas::DeltaOp;
 using store::CounterOp;
 
-WindowApplier::WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions)
-    : partition_(partition), deltas_topic_(std::move(deltas_topic)), partitions_(partitions) {}
+WindowApplier::WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions,
+                             store::ViewedOptions viewed)
+    : partition_(partition), deltas_topic_(std::move(deltas_topic)), partitions_(partitions), viewed_options_(viewed), viewed_(viewed) {}
 
 Status WindowApplier::Load() {
   auto p = partition_->LoadProgress();
   if (!p.ok()) return p.status();
   progress_ = std::move(p).value();
+  auto head = partition_->LoadNoticeHead();
+  if (!head.ok()) return head.status();
+  notice_head_ = *head;
+  auto viewed = partition_->LoadViewedTables(viewed_options_);
+  if (!viewed.ok()) return viewed.status();
+  viewed_ = std::move(viewed).value();
   return Status::Ok();
 }
 
 size_t WindowApplier::pending_keys() const {
-  return post_ops_.size() + user_ops_.size() + unread_ops_.size() + likes_.size() + follows_.size();
+  return post_ops_.size() + user_ops_.size() + unread_ops_.size() + likes_.size() + follows_.size() +
+         notices_.size() + notice_reads_.size() + red_dots_.size() + user_red_dots_.size() + snapshots_.size() +
+         view_bits_.size();
 }
 
 base::Result<bool> WindowApplier::EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b) {
@@ -130,13 +141,55 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
       break;
     }
     case DeltaOp::kNoticeAppend:
-    case DeltaOp::kNoticeRead:
-    case DeltaOp::kRedDotPublish:
-    case DeltaOp::kRedDotRead:
-    case DeltaOp::kFeedSnapshot:
-      // Logged in tally.deltas already; their state (notice list, red dots,
-      // feed snapshots) is not kept yet, see README "Status".
+      // The notice list is one list in one partition: ids must increase.
+      if (d.member <= notice_head_.last_id) {
+        stats_.stale_notices++;
+        TALLY_LOG_WARN("applier", "{}/{} offset {}: notice {} ignored, not above the newest notice {}",
+                       deltas_topic_, partition_->id(), offset, d.member, notice_head_.last_id);
+        break;
+      }
+      notice_head_.last_id = d.member;
+      notice_head_.count++;
+      notices_.push_back({d.member, notice_head_.count, std::string(d.text)});
       break;
+    case DeltaOp::kNoticeRead: {
+      auto& ops = notice_reads_[d.entity];
+      ops[0].Then(CounterOp{true, static_cast<int64_t>(d.member), 0});
+      ops[1].Then(CounterOp{false, 0, d.source.ts});
+      break;
+    }
+    case DeltaOp::kRedDotPublish:
+      red_dots_[std::string(d.text)].Then(CounterOp{false, 0, d.source.ts});
+      break;
+    case DeltaOp::kRedDotRead: {
+      int64_t& t = user_red_dots_.try_emplace({d.entity, std::string(d.text)}, 0).first->second;
+      t = std::max(t, d.source.ts);
+      break;
+    }
+    case DeltaOp::kFeedSnapshot: {
+      auto& snap = snapshots_[d.entity];
+      snap.first = d.source.ts;
+      snap.second.assign(d.snapshot, d.snapshot + d.snapshot_size);
+      break;
+    }
+    case DeltaOp::kViewMember: {
+      store::ViewProbe probe;
+      size_t before = dropped_tables_.size();
+      viewed_.Insert(d.entity, d.member, &probe, &dropped_tables_);
+      viewed_dirty_ = true;
+      for (size_t i = before; i < dropped_tables_.size(); i++) {
+        // Pending bits of a dropped table would resurrect some of its chunks.
+        for (auto it = view_bits_.begin(); it != view_bits_.end();) {
+          if (it->first.first == dropped_tables_[i]) it = view_bits_.erase(it);
+          else ++it;
+        }
+      }
+      if (probe.nbits > 0) {
+        auto& bits = view_bits_[{probe.table_id, probe.chunk}];
+        bits.insert(bits.end(), probe.bits, probe.bits + probe.nbits);
+      }
+      break;
+    }
   }
 }
 
@@ -154,6 +207,18 @@ Status WindowApplier::Commit() {
     if (set) batch_.PutFollow(k.first, k.second);
     else batch_.DeleteFollow(k.first, k.second);
   }
+  for (const auto& n : notices_) batch_.PutNotice(n.id, n.ordinal, n.title);
+  for (const auto& [user, ops] : notice_reads_) {
+    batch_.SetNoticeRead(user, static_cast<uint64_t>(ops[0].add), ops[1].floor);
+  }
+  for (const auto& [channel, op] : red_dots_) batch_.MaxRedDot(channel, op.floor);
+  for (const auto& [k, ts] : user_red_dots_) batch_.MaxUserRedDot(k.first, k.second, ts);
+  for (const auto& [user, snap] : snapshots_) {
+    batch_.PutFeedSnapshot(user, snap.first, snap.second.data(), snap.second.size());
+  }
+  for (const auto& [k, bits] : view_bits_) batch_.SetViewBits(k.first, k.second, bits);
+  for (uint32_t t : dropped_tables_) batch_.DropViewTable(t);
+  if (viewed_dirty_) batch_.PutViewedTables(viewed_);
   for (auto it = progress_.marks.begin(); it != progress_.marks.end();) {
     if (it->second.offset < 0) it = progress_.marks.erase(it);  // streams with nothing applied
     else ++it;
@@ -165,6 +230,14 @@ Status WindowApplier::Commit() {
   unread_ops_.clear();
   likes_.clear();
   follows_.clear();
+  notices_.clear();
+  notice_reads_.clear();
+  red_dots_.clear();
+  user_red_dots_.clear();
+  snapshots_.clear();
+  view_bits_.clear();
+  dropped_tables_.clear();
+  viewed_dirty_ = false;
   dirty_ = false;
   return Status::Ok();
 }

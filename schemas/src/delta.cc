@@ -84,6 +84,7 @@ void DeltaBatchBuilder::Add(const Delta& d) {
     case DeltaOp::kFollowSet:
     case DeltaOp::kFollowUnset:
     case DeltaOp::kNoticeRead:
+    case DeltaOp::kViewMember:
       PutVarint(b, d.member);
       break;
     case DeltaOp::kNoticeAppend:
@@ -202,6 +203,7 @@ bool DeltaBatchReader::Next(Delta* d) {
     case DeltaOp::kFollowSet:
     case DeltaOp::kFollowUnset:
     case DeltaOp::kNoticeRead:
+    case DeltaOp::kViewMember:
       if (!GetVarint(in_, &pos_, &d->member)) return fail("bad member");
       break;
     case DeltaOp::kNoticeAppend:

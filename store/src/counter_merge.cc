@@ -1,14 +1,38 @@
 #include "counter_merge.h"
 
 #include "keys.h"
+#include "store/viewed_tables.h"
 
 namespace tally::store {
 namespace {
 constexpr int kMaxFields = 8;
 }
 
+namespace {
+bool SetBits(const rocksdb::Slice& operand, std::string* bitmap) {
+  if (operand.size() == 0 || operand[0] != 2 || operand.size() % 2 != 1) return false;
+  for (size_t i = 1; i + 1 < operand.size(); i += 2) {
+    uint16_t b = static_cast<uint8_t>(operand[i]) | (static_cast<uint16_t>(static_cast<uint8_t>(operand[i + 1])) << 8);
+    if (b >= kViewChunkBytes * 8) return false;
+    (*bitmap)[b >> 3] = static_cast<char>(static_cast<uint8_t>((*bitmap)[b >> 3]) | (1u << (b & 7)));
+  }
+  return true;
+}
+}  // namespace
+
 bool CounterMergeOperator::FullMergeV2(const MergeOperationInput& in, MergeOperationOutput* out) const {
   if (in.key.size() == 0) return false;
+  if (in.key[0] == static_cast<char>(RecordKind::kViewChunk)) {
+    if (in.existing_value && in.existing_value->size() == kViewChunkBytes) {
+      out->new_value.assign(in.existing_value->data(), in.existing_value->size());
+    } else {
+      out->new_value.assign(kViewChunkBytes, '\0');
+    }
+    for (const rocksdb::Slice& operand : in.operand_list) {
+      if (!SetBits(operand, &out->new_value)) return false;
+    }
+    return true;
+  }
   int n = CounterFieldCount(in.key[0]);
   if (n == 0) return false;  // not a counter record: corruption, surfaced by RocksDB
   int64_t values[kMaxFields] = {};
@@ -29,6 +53,14 @@ bool CounterMergeOperator::PartialMergeMulti(const rocksdb::Slice& key,
                                              const std::deque<rocksdb::Slice>& operands,
                                              std::string* new_value, rocksdb::Logger*) const {
   if (key.size() == 0) return false;
+  if (key[0] == static_cast<char>(RecordKind::kViewChunk)) {
+    new_value->assign(1, 2);
+    for (const rocksdb::Slice& operand : operands) {
+      if (operand.size() == 0 || operand[0] != 2 || operand.size() % 2 != 1) return false;
+      new_value->append(operand.data() + 1, operand.size() - 1);
+    }
+    return true;
+  }
   int n = CounterFieldCount(key[0]);
   if (n == 0) return false;
   CounterOp acc[kMaxFields];

@@ -1,5 +1,7 @@
 #include "keys.h"
 
+#include <algorithm>
+
 namespace tally::store {
 
 int CounterFieldCount(char kind) {
@@ -7,6 +9,9 @@ int CounterFieldCount(char kind) {
     case RecordKind::kPostCounters: return schemas::kPostFieldCount;
     case RecordKind::kUserCounters: return schemas::kUserFieldCount;
     case RecordKind::kUnreadCounters: return schemas::kUnreadCounterKinds;
+    case RecordKind::kNoticeRead: return 2;
+    case RecordKind::kRedDot: return 1;
+    case RecordKind::kUserRedDot: return 2;
     default: return 0;
   }
 }
@@ -92,6 +97,54 @@ bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n) {
     if (!GetVarint64(in, &pos, &a) || !GetVarint64(in, &pos, &f)) return false;
     ops[i].add = ZigZagDecode(a);
     ops[i].floor = static_cast<int64_t>(f);
+  }
+  return pos == in.size();
+}
+
+void EncodeViewChunkKey(uint32_t table, uint32_t chunk, std::string* out) {
+  out->clear();
+  out->push_back(static_cast<char>(RecordKind::kViewChunk));
+  for (int i = 3; i >= 0; i--) out->push_back(static_cast<char>((table >> (i * 8)) & 0xff));
+  for (int i = 3; i >= 0; i--) out->push_back(static_cast<char>((chunk >> (i * 8)) & 0xff));
+}
+
+void EncodeBitOperand(const std::vector<uint16_t>& bits, std::string* out) {
+  out->clear();
+  out->push_back(2);
+  for (uint16_t b : bits) {
+    out->push_back(static_cast<char>(b & 0xff));
+    out->push_back(static_cast<char>(b >> 8));
+  }
+}
+
+void EncodeSnapshot(int64_t taken_ts, std::vector<std::pair<uint64_t, uint64_t>> followees, std::string* out) {
+  std::sort(followees.begin(), followees.end());
+  out->clear();
+  out->push_back(1);
+  PutVarint64(out, static_cast<uint64_t>(taken_ts));
+  PutVarint64(out, followees.size());
+  uint64_t prev = 0;
+  for (const auto& [id, count] : followees) {
+    PutVarint64(out, id - prev);  // ascending ids: small gaps
+    PutVarint64(out, count);
+    prev = id;
+  }
+}
+
+bool DecodeSnapshot(std::string_view in, FeedSnapshot* out) {
+  *out = FeedSnapshot();
+  if (in.empty() || in[0] != 1) return false;
+  size_t pos = 1;
+  uint64_t ts, n;
+  if (!GetVarint64(in, &pos, &ts) || !GetVarint64(in, &pos, &n) || n > in.size()) return false;
+  out->exists = true;
+  out->taken_ts = static_cast<int64_t>(ts);
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t gap, count;
+    if (!GetVarint64(in, &pos, &gap) || !GetVarint64(in, &pos, &count)) return false;
+    prev += gap;
+    out->followees.emplace_back(prev, count);
   }
   return pos == in.size();
 }

@@ -5,13 +5,22 @@
 //   'n' user(8)              -> unread counters: 6 varints (UnreadKind order)
 //   'l' post(8) user(8)      -> like edge, empty value
 //   'f' user(8) target(8)    -> followee edge, empty value
+//   'N' notice(8)            -> notice: varint ordinal (1-based), title bytes
+//   'r' user(8)              -> notice read: 2 varints (last-read notice id, touched ts)
+//   'd' channel              -> red dot: 1 varint (global dot time)
+//   'D' user(8) channel      -> user red dot: 2 varints (click time, touched ts)
+//   'S' user(8)              -> feed snapshot (EncodeSnapshot)
+//   'v' table(4) chunk(4)    -> "viewed" table chunk: kViewChunkBytes bitmap, merged by OR
 //   0x00 "progress"          -> Progress (see EncodeProgress)
+//   0x00 "viewed"            -> ViewedTables metadata
 // Ids are big-endian so that a prefix scan returns members in id order.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "store/counter_op.h"
 #include "store/state_store.h"
@@ -24,10 +33,17 @@ enum class RecordKind : char {
   kUnreadCounters = 'n',
   kLikeEdge = 'l',
   kFollowEdge = 'f',
+  kNotice = 'N',
+  kNoticeRead = 'r',
+  kRedDot = 'd',
+  kUserRedDot = 'D',
+  kFeedSnapshot = 'S',
+  kViewChunk = 'v',
   kMeta = '\0',
 };
 
 inline constexpr std::string_view kProgressKey{"\0progress", 9};
+inline constexpr std::string_view kViewedKey{"\0viewed", 7};
 
 // Number of counter fields of a counter record kind; 0 if `kind` is not one.
 int CounterFieldCount(char kind);
@@ -51,6 +67,14 @@ bool DecodeCounters(std::string_view in, int64_t* values, int n);
 // zigzag add, varint floor.
 void EncodeCounterOps(const CounterOp* ops, int n, std::string* out);
 bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n);
+
+// 'v' table(4 BE) chunk(4 BE).
+void EncodeViewChunkKey(uint32_t table, uint32_t chunk, std::string* out);
+// Bitset operands: version 2, then little-endian u16 bit indexes.
+void EncodeBitOperand(const std::vector<uint16_t>& bits, std::string* out);
+
+void EncodeSnapshot(int64_t taken_ts, std::vector<std::pair<uint64_t, uint64_t>> followees, std::string* out);
+bool DecodeSnapshot(std::string_view in, FeedSnapshot* out);
 
 void EncodeProgress(const Progress& p, std::string* out);
 bool DecodeProgress(std::string_view in, Progress* p);

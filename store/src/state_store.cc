@@ -9,6 +9,10 @@
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
 
+#include <rocksdb/compaction_filter.h>
+
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -44,6 +48,44 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
 }
 
 std::string PartitionDirName(uint32_t i) { return fmt::format("partition-{:03d}", i); }
+
+// Drops notice-read and user red-dot records whose last touch (event time)
+// is older than the inactivity horizon: such users then read as new users.
+// Merge operands are judged one by one: both fields of these records are
+// "set" or "max" operations stamped with the event time, so an operand that
+// is older than the horizon is dominated by any newer one, and dropping it
+// changes nothing unless every operand (and the base value) is old.
+class InactivePurgeFilter : public rocksdb::CompactionFilter {
+ public:
+  InactivePurgeFilter(int64_t inactive_ms, std::function<int64_t()> now) : inactive_ms_(inactive_ms), now_(std::move(now)) {}
+  const char* Name() const override { return "tally.InactivePurge"; }
+  Decision FilterV2(int, const rocksdb::Slice& key, ValueType type, const rocksdb::Slice& value, std::string*,
+                    std::string*) const override {
+    if (key.size() == 0 || inactive_ms_ <= 0) return Decision::kKeep;
+    char kind = key[0];
+    if (kind != static_cast<char>(RecordKind::kNoticeRead) && kind != static_cast<char>(RecordKind::kUserRedDot)) {
+      return Decision::kKeep;
+    }
+    int64_t touched;
+    std::string_view v(value.data(), value.size());
+    if (type == ValueType::kValue) {
+      int64_t c[2];
+      if (!DecodeCounters(v, c, 2)) return Decision::kKeep;
+      touched = c[1];
+    } else if (type == ValueType::kMergeOperand) {
+      CounterOp ops[2];
+      if (!DecodeCounterOps(v, ops, 2)) return Decision::kKeep;
+      touched = ops[1].floor;
+    } else {
+      return Decision::kKeep;
+    }
+    return touched < now_() - inactive_ms_ ? Decision::kRemove : Decision::kKeep;
+  }
+
+ private:
+  int64_t inactive_ms_;
+  std::function<int64_t()> now_;
+};
 
 }  // namespace
 
@@ -88,6 +130,53 @@ void PartitionBatch::DeleteFollow(uint64_t user_id, uint64_t target_id) {
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &rep_->key);
   rep_->wb.Delete(rep_->key);
 }
+void PartitionBatch::PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title) {
+  EncodeKey(RecordKind::kNotice, notice_id, &rep_->key);
+  rep_->value.clear();
+  PutVarint64(&rep_->value, ordinal);
+  rep_->value.append(title);
+  rep_->wb.Put(rep_->key, rep_->value);
+}
+void PartitionBatch::SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t ts) {
+  EncodeKey(RecordKind::kNoticeRead, user_id, &rep_->key);
+  CounterOp ops[2] = {CounterOp{true, static_cast<int64_t>(notice_id), 0}, CounterOp{false, 0, ts}};
+  EncodeCounterOps(ops, 2, &rep_->value);
+  rep_->wb.Merge(rep_->key, rep_->value);
+}
+void PartitionBatch::MaxRedDot(std::string_view channel, int64_t ts) {
+  rep_->key.assign(1, static_cast<char>(RecordKind::kRedDot));
+  rep_->key.append(channel);
+  CounterOp op{false, 0, ts};
+  EncodeCounterOps(&op, 1, &rep_->value);
+  rep_->wb.Merge(rep_->key, rep_->value);
+}
+void PartitionBatch::MaxUserRedDot(uint64_t user_id, std::string_view channel, int64_t ts) {
+  EncodeKey(RecordKind::kUserRedDot, user_id, &rep_->key);
+  rep_->key.append(channel);
+  CounterOp ops[2] = {CounterOp{false, 0, ts}, CounterOp{false, 0, ts}};
+  EncodeCounterOps(ops, 2, &rep_->value);
+  rep_->wb.Merge(rep_->key, rep_->value);
+}
+void PartitionBatch::PutFeedSnapshot(uint64_t user_id, int64_t taken_ts,
+                                     const std::pair<uint64_t, uint64_t>* followees, size_t n) {
+  EncodeKey(RecordKind::kFeedSnapshot, user_id, &rep_->key);
+  EncodeSnapshot(taken_ts, std::vector<std::pair<uint64_t, uint64_t>>(followees, followees + n), &rep_->value);
+  rep_->wb.Put(rep_->key, rep_->value);
+}
+void PartitionBatch::SetViewBits(uint32_t table_id, uint32_t chunk, const std::vector<uint16_t>& bits) {
+  EncodeViewChunkKey(table_id, chunk, &rep_->key);
+  EncodeBitOperand(bits, &rep_->value);
+  rep_->wb.Merge(rep_->key, rep_->value);
+}
+void PartitionBatch::DropViewTable(uint32_t table_id) {
+  std::string begin, end;
+  EncodeViewChunkKey(table_id, 0, &begin);
+  EncodeViewChunkKey(table_id + 1, 0, &end);
+  rep_->wb.DeleteRange(begin, end);
+}
+void PartitionBatch::PutViewedTables(const ViewedTables& tables) {
+  rep_->wb.Put(rocksdb::Slice(kViewedKey.data(), kViewedKey.size()), tables.Encode());
+}
 void PartitionBatch::SetProgress(const Progress& progress) {
   EncodeProgress(progress, &rep_->value);
   rep_->wb.Put(rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), rep_->value);
@@ -128,6 +217,46 @@ Result<bool> Partition::HasFollow(uint64_t user_id, uint64_t target_id) const {
   return KeyExists(rep_->db.get(), key, "reading follow edge");
 }
 
+namespace {
+// The last record under the one-byte prefix `kind`, or NotFound.
+Status SeekLastOf(rocksdb::DB* db, char kind, std::string* key, std::string* value) {
+  std::string upper(1, static_cast<char>(kind + 1));
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(upper);
+  if (it->Valid() && it->key().compare(upper) >= 0) it->Prev();
+  if (!it->status().ok()) return FromRocks(it->status(), "seeking");
+  if (!it->Valid() || it->key().size() == 0 || it->key()[0] != kind) return Status::NotFound("none");
+  key->assign(it->key().data(), it->key().size());
+  value->assign(it->value().data(), it->value().size());
+  return Status::Ok();
+}
+}  // namespace
+
+Result<NoticeHead> Partition::LoadNoticeHead() const {
+  std::string key, value;
+  Status st = SeekLastOf(rep_->db.get(), static_cast<char>(RecordKind::kNotice), &key, &value);
+  if (st.code() == base::StatusCode::kNotFound) return NoticeHead();
+  if (!st.ok()) return st;
+  NoticeHead head;
+  size_t pos = 0;
+  if (key.size() != 9 || !GetVarint64(value, &pos, &head.count)) {
+    return Status::Corruption(fmt::format("partition {}: notice record does not decode", id_));
+  }
+  head.last_id = DecodeBigEndian64(key.data() + 1);
+  return head;
+}
+
+Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) const {
+  ViewedTables t(options);
+  std::string value;
+  rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(), rocksdb::Slice(kViewedKey.data(), kViewedKey.size()),
+                                    &value);
+  if (s.IsNotFound()) return t;
+  if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading viewed tables", id_));
+  if (!t.Decode(value)) return Status::Corruption(fmt::format("partition {}: viewed tables do not decode", id_));
+  return t;
+}
+
 Result<Progress> Partition::LoadProgress() const {
   std::string value;
   rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(),
@@ -155,6 +284,7 @@ struct StateStore::Rep {
   std::vector<std::unique_ptr<Partition>> partitions;
   std::string secondary_dir;
   std::mutex catch_up_mu;
+  std::unique_ptr<InactivePurgeFilter> purge;
 };
 
 StateStore::StateStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -262,6 +392,15 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   table.format_version = 5;
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  std::function<int64_t()> now = options.now_ms;
+  if (!now) {
+    now = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch()).count();
+    };
+  }
+  rep->purge = std::make_unique<InactivePurgeFilter>(options.inactive_days * 86400000LL, std::move(now));
+  db_options.compaction_filter = rep->purge.get();
   // Every partition shares the flush/compaction threads of one Env.
   db_options.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
   db_options.env->SetBackgroundThreads(1, rocksdb::Env::HIGH);
@@ -299,6 +438,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
 
 uint32_t StateStore::partitions() const { return static_cast<uint32_t>(rep_->partitions.size()); }
 const std::string& StateStore::dir() const { return rep_->options.dir; }
+const StoreOptions& StateStore::options() const { return rep_->options; }
 Partition* StateStore::partition(uint32_t i) { return rep_->partitions[i].get(); }
 std::string StateStore::recorded_cluster() const { return rep_->cluster; }
 
@@ -416,6 +556,184 @@ Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
   }
   if (!it->status().ok()) return FromRocks(it->status(), fmt::format("listing followees of {}", user_id));
   return out;
+}
+
+Result<uint64_t> StateStore::NewestNoticeId() const {
+  auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, partitions())]->LoadNoticeHead();
+  if (!head.ok()) return head.status();
+  return head->last_id;
+}
+
+Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
+  UnreadView view;
+  auto counters = GetUnreadCounters(user_id);
+  if (!counters.ok()) return counters.status();
+  view.counters = *counters;
+  const uint32_t n = partitions();
+  rocksdb::DB* udb = rep_->partitions[schemas::PartitionOf(user_id, n)]->rep_->db.get();
+  rocksdb::DB* gdb = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->rep_->db.get();
+
+  // Notices: count - ordinal of the newest notice at or below the last read id.
+  int64_t read[2];
+  TALLY_RETURN_IF_ERROR(ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user"));
+  std::string key;
+  EncodeKey(RecordKind::kNoticeRead, user_id, &key);
+  rocksdb::PinnableSlice has;
+  rocksdb::Status hs = udb->Get(rocksdb::ReadOptions(), udb->DefaultColumnFamily(), key, &has);
+  if (!hs.ok() && !hs.IsNotFound()) return FromRocks(hs, "reading notice read");
+  if (hs.ok()) {
+    auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->LoadNoticeHead();
+    if (!head.ok()) return head.status();
+    uint64_t ordinal = 0;
+    std::string probe;
+    EncodeKey(RecordKind::kNotice, static_cast<uint64_t>(read[0]), &probe);
+    std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
+    it->SeekForPrev(probe);
+    if (!it->status().ok()) return FromRocks(it->status(), "seeking notices");
+    if (it->Valid() && it->key().size() == 9 && it->key()[0] == static_cast<char>(RecordKind::kNotice)) {
+      size_t pos = 0;
+      if (!GetVarint64(std::string_view(it->value().data(), it->value().size()), &pos, &ordinal)) {
+        return Status::Corruption("notice record does not decode");
+      }
+    }
+    view.notice = static_cast<int64_t>(head->count - std::min(head->count, ordinal));
+  }
+
+  // Red dots: every channel with a global time; shown when the user's click is older or absent.
+  std::map<std::string, int64_t> mine;
+  {
+    std::string prefix;
+    EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
+    std::unique_ptr<rocksdb::Iterator> it(udb->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      int64_t v[2];
+      if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 2)) {
+        return Status::Corruption("user red dot does not decode");
+      }
+      mine[std::string(it->key().data() + prefix.size(), it->key().size() - prefix.size())] = v[0];
+    }
+    if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+  }
+  {
+    std::string prefix(1, static_cast<char>(RecordKind::kRedDot));
+    std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      int64_t v[1];
+      if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 1)) {
+        return Status::Corruption("red dot does not decode");
+      }
+      std::string channel(it->key().data() + 1, it->key().size() - 1);
+      auto m = mine.find(channel);
+      view.red_dots.emplace_back(channel, m == mine.end() || m->second < v[0]);
+    }
+    if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+  }
+
+  // Feed: sum over followees in both the snapshot and the current set.
+  auto snap = GetFeedSnapshot(user_id);
+  if (!snap.ok()) return snap.status();
+  if (snap->exists && !snap->followees.empty()) {
+    auto now = CurrentFolloweePosts(user_id);
+    if (!now.ok()) return now.status();
+    size_t i = 0, j = 0;
+    const auto& a = snap->followees;
+    const auto& b = *now;
+    while (i < a.size() && j < b.size()) {
+      if (a[i].first < b[j].first) {
+        i++;
+      } else if (b[j].first < a[i].first) {
+        j++;
+      } else {
+        if (b[j].second > a[i].second) view.feed += static_cast<int64_t>(b[j].second - a[i].second);
+        i++;
+        j++;
+      }
+    }
+  }
+  return view;
+}
+
+Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
+  std::string key;
+  EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
+  rocksdb::DB* db = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.get();
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
+  FeedSnapshot snap;
+  if (s.IsNotFound()) return snap;
+  if (!s.ok()) return FromRocks(s, fmt::format("reading feed snapshot of {}", user_id));
+  if (!DecodeSnapshot(std::string_view(value.data(), value.size()), &snap)) {
+    return Status::Corruption(fmt::format("user {}: feed snapshot does not decode", user_id));
+  }
+  return snap;
+}
+
+Result<std::vector<std::pair<uint64_t, uint64_t>>> StateStore::CurrentFolloweePosts(uint64_t user_id) const {
+  auto followees = GetFollowees(user_id);
+  if (!followees.ok()) return followees.status();
+  const uint32_t n = partitions();
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(followees->size());
+  for (uint64_t f : *followees) out.emplace_back(f, 0);
+  // One MultiGet per partition, as Weibo batches per cache node.
+  std::vector<std::vector<size_t>> by_part(n);
+  for (size_t i = 0; i < out.size(); i++) by_part[schemas::PartitionOf(out[i].first, n)].push_back(i);
+  std::vector<std::string> keys;
+  std::vector<rocksdb::Slice> slices;
+  std::vector<rocksdb::PinnableSlice> values;
+  std::vector<rocksdb::Status> statuses;
+  for (uint32_t p = 0; p < n; p++) {
+    const auto& idx = by_part[p];
+    if (idx.empty()) continue;
+    keys.resize(idx.size());
+    slices.clear();
+    for (size_t k = 0; k < idx.size(); k++) {
+      EncodeKey(RecordKind::kUserCounters, out[idx[k]].first, &keys[k]);
+      slices.emplace_back(keys[k]);
+    }
+    values.clear();
+    values.resize(idx.size());
+    statuses.assign(idx.size(), rocksdb::Status());
+    rocksdb::DB* db = rep_->partitions[p]->rep_->db.get();
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
+                 statuses.data());
+    for (size_t k = 0; k < idx.size(); k++) {
+      if (statuses[k].IsNotFound()) continue;
+      if (!statuses[k].ok()) return FromRocks(statuses[k], "reading followee counts");
+      int64_t v[schemas::kUserFieldCount];
+      if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, schemas::kUserFieldCount)) {
+        return Status::Corruption("user counter record does not decode");
+      }
+      out[idx[k]].second = static_cast<uint64_t>(v[0]);
+    }
+  }
+  return out;
+}
+
+Result<bool> StateStore::MaybeViewed(uint64_t post_id, uint64_t user_id) const {
+  Partition* p = rep_->partitions[schemas::PartitionOf(post_id, partitions())].get();
+  auto tables = p->LoadViewedTables(rep_->options.viewed);
+  if (!tables.ok()) return tables.status();
+  ViewProbe probe;
+  if (!tables->Locate(post_id, user_id, &probe)) return false;
+  std::string key;
+  EncodeViewChunkKey(probe.table_id, probe.chunk, &key);
+  rocksdb::PinnableSlice chunk;
+  rocksdb::Status s = p->rep_->db->Get(rocksdb::ReadOptions(), p->rep_->db->DefaultColumnFamily(), key, &chunk);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, "reading viewed chunk");
+  return ViewedTables::TestBits(probe, std::string_view(chunk.data(), chunk.size()));
+}
+
+Status StateStore::CompactAll() {
+  if (rep_->options.read_only) return Status::FailedPrecondition("store is read-only");
+  for (const auto& p : rep_->partitions) {
+    rocksdb::CompactRangeOptions o;
+    o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    TALLY_RETURN_IF_ERROR(FromRocks(p->rep_->db->CompactRange(o, nullptr, nullptr),
+                                    fmt::format("partition {}: compacting", p->id())));
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<Progress>> StateStore::LoadAllProgress() const {

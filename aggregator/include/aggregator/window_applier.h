@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,13 +36,15 @@ namespace tally::aggregator {
 struct WindowStats {
   uint64_t applied = 0;     // deltas applied
   uint64_t duplicates = 0;  // deltas skipped by mark
+  uint64_t stale_notices = 0;  // notices whose id was not above the newest
 };
 
 class WindowApplier {
  public:
   // `partition` must outlive this object. `deltas_topic` names the source
   // stream of derived deltas. `partitions` is the deltas partition count.
-  WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions);
+  WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions,
+                store::ViewedOptions viewed = {});
 
   // Loads the committed progress. Call before anything else.
   base::Status Load();
@@ -93,6 +96,22 @@ class WindowApplier {
   std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUnreadCounterKinds>> unread_ops_;
   Edges likes_;
   Edges follows_;
+  // Unread shapes other than plain counters.
+  store::NoticeHead notice_head_;
+  struct PendingNotice {
+    uint64_t id, ordinal;
+    std::string title;
+  };
+  std::vector<PendingNotice> notices_;
+  std::unordered_map<uint64_t, std::array<store::CounterOp, 2>> notice_reads_;
+  std::unordered_map<std::string, store::CounterOp> red_dots_;
+  std::map<std::pair<uint64_t, std::string>, int64_t> user_red_dots_;
+  std::unordered_map<uint64_t, std::pair<int64_t, std::vector<std::pair<uint64_t, uint64_t>>>> snapshots_;
+  store::ViewedOptions viewed_options_;
+  store::ViewedTables viewed_;
+  bool viewed_dirty_ = false;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint16_t>> view_bits_;
+  std::vector<uint32_t> dropped_tables_;
   schemas::DeltaBatchReader reader_;
   std::vector<store::SourceMark*> stream_marks_;
   store::PartitionBatch batch_;

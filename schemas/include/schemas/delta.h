@@ -17,7 +17,7 @@
 //       kPostCounter, kUserCounter, kUnreadAdd: u8 field, zigzag amount
 //       kUnreadReset:                            u8 field
 //       kLikeSet/Unset, kFollowSet/Unset,
-//       kNoticeRead:                             member
+//       kNoticeRead, kViewMember:                member
 //       kNoticeAppend:                           member, title length, bytes
 //       kRedDotPublish, kRedDotRead:             channel length, bytes
 //       kFeedSnapshot:                           n, then n x (followee, count)
@@ -48,8 +48,9 @@ enum class DeltaOp : uint8_t {
   kRedDotPublish = 11,  // entity=kGlobalEntity, text=channel, ts
   kRedDotRead = 12,     // entity=user, text=channel, ts
   kFeedSnapshot = 13,   // entity=user, snapshot, ts
+  kViewMember = 14,     // entity=post, member=user: add (post, user) to the "viewed" filter
 };
-inline constexpr uint8_t kMaxDeltaOp = 13;
+inline constexpr uint8_t kMaxDeltaOp = 14;
 
 enum class PostField : uint8_t { kLike = 0, kRepost = 1, kComment = 2, kView = 3 };
 inline constexpr int kPostFieldCount = 4;

@@ -16,16 +16,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "schemas/delta.h"
 #include "schemas/event.h"
 #include "store/counter_op.h"
+#include "store/viewed_tables.h"
 
 namespace tally::store {
 
@@ -36,6 +40,12 @@ struct StoreOptions {
   uint64_t write_buffer_bytes = 8ull << 20;   // memtable size per partition
   bool read_only = false;                      // secondary instance (tally serve)
   bool sync_writes = false;                    // fsync the WAL on every commit
+  ViewedOptions viewed;                        // budget is per partition
+  // Notice and red-dot records of users untouched (by event time) for
+  // longer than this are dropped by compaction; <= 0 keeps them forever.
+  int64_t inactive_days = 30;
+  // Clock of the purge, ms since the epoch; empty: the wall clock.
+  std::function<int64_t()> now_ms;
 };
 
 struct PostCounts {
@@ -51,6 +61,27 @@ struct UserCounts {
 // The six plain unread counters, indexed by schemas::UnreadKind.
 struct UnreadCounters {
   int64_t counts[schemas::kUnreadCounterKinds] = {0, 0, 0, 0, 0, 0};
+};
+
+// A user's unread state as SPEC section 3 defines it.
+struct UnreadView {
+  UnreadCounters counters;
+  int64_t notice = 0;
+  int64_t feed = 0;
+  std::vector<std::pair<std::string, bool>> red_dots;  // every channel with a global time, by name
+};
+
+// A user's feed snapshot: followee -> their post count at the last reset.
+struct FeedSnapshot {
+  bool exists = false;
+  int64_t taken_ts = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> followees;  // ascending id
+};
+
+// The highest notice id and the number of notices.
+struct NoticeHead {
+  uint64_t last_id = 0;
+  uint64_t count = 0;
 };
 
 // The highest (offset, effect) applied from one source stream, and the event
@@ -88,6 +119,23 @@ class PartitionBatch {
   void DeleteLike(uint64_t post_id, uint64_t user_id);
   void PutFollow(uint64_t user_id, uint64_t target_id);
   void DeleteFollow(uint64_t user_id, uint64_t target_id);
+  // Appends notice `notice_id` as the `ordinal`-th notice.
+  void PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title);
+  // The user's last-read notice id := notice_id; touched := max(touched, ts).
+  void SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t ts);
+  // Global dot time of `channel` := max(itself, ts).
+  void MaxRedDot(std::string_view channel, int64_t ts);
+  // The user's click time on `channel` := max(itself, ts).
+  void MaxUserRedDot(uint64_t user_id, std::string_view channel, int64_t ts);
+  // Replaces the user's feed snapshot. `followees` need not be sorted.
+  void PutFeedSnapshot(uint64_t user_id, int64_t taken_ts, const std::pair<uint64_t, uint64_t>* followees,
+                       size_t n);
+  // Sets bits of one chunk of a "viewed" table (OR, by merge).
+  void SetViewBits(uint32_t table_id, uint32_t chunk, const std::vector<uint16_t>& bits);
+  // Deletes every chunk of a dropped "viewed" table.
+  void DropViewTable(uint32_t table_id);
+  // Records the "viewed" table metadata of the partition.
+  void PutViewedTables(const ViewedTables& tables);
   // Records the progress this batch reaches; call once per batch.
   void SetProgress(const Progress& progress);
 
@@ -109,6 +157,11 @@ class Partition {
   // Point reads. Safe for concurrent use. IOError/Corruption on failure.
   base::Result<bool> HasLike(uint64_t post_id, uint64_t user_id) const;
   base::Result<bool> HasFollow(uint64_t user_id, uint64_t target_id) const;
+
+  // The newest notice (only meaningful in the partition of kGlobalEntity).
+  base::Result<NoticeHead> LoadNoticeHead() const;
+  // The "viewed" table metadata of this partition (empty tables if none).
+  base::Result<ViewedTables> LoadViewedTables(const ViewedOptions& options) const;
 
   // The progress last committed (zero Progress for a new partition).
   base::Result<Progress> LoadProgress() const;
@@ -136,6 +189,7 @@ class StateStore {
 
   uint32_t partitions() const;
   const std::string& dir() const;
+  const StoreOptions& options() const;
   // Borrowed; valid while the store lives. Precondition: i < partitions().
   Partition* partition(uint32_t i);
 
@@ -153,6 +207,22 @@ class StateStore {
   base::Result<bool> IsLiked(uint64_t post_id, uint64_t user_id) const;
   // The user's followees in ascending id order.
   base::Result<std::vector<uint64_t>> GetFollowees(uint64_t user_id) const;
+  // Everything of `GET /v1/users/{id}/unread`.
+  base::Result<UnreadView> GetUnread(uint64_t user_id) const;
+  // The user's snapshot (exists=false if the user never reset the feed).
+  base::Result<FeedSnapshot> GetFeedSnapshot(uint64_t user_id) const;
+  // The current post count of each of the user's followees, ascending id:
+  // the snapshot a feed reset records. One MultiGet per partition.
+  base::Result<std::vector<std::pair<uint64_t, uint64_t>>> CurrentFolloweePosts(uint64_t user_id) const;
+  // The newest notice id, 0 if there is none.
+  base::Result<uint64_t> NewestNoticeId() const;
+  // Membership filter: false only if (post, user) was never added to a
+  // table that is still live; true may be wrong at about the configured rate.
+  base::Result<bool> MaybeViewed(uint64_t post_id, uint64_t user_id) const;
+
+  // Compacts every partition fully (runs the purge of inactive users).
+  base::Status CompactAll();
+
   // Progress of every partition, indexed by partition.
   base::Result<std::vector<Progress>> LoadAllProgress() const;
 

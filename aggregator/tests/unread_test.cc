@@ -1,0 +1,213 @@
+// The unread shapes of SPEC section 3, applied by the WindowApplier to a real
+// store and read back the way the HTTP tier reads them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+
+#include "aggregator/window_applier.h"
+
+namespace tally::aggregator {
+namespace {
+
+namespace fs = std::filesystem;
+using schemas::Delta;
+using schemas::DeltaOp;
+
+class UnreadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tally-unread-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    Open();
+  }
+  void TearDown() override {
+    appliers_.clear();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open() {
+    appliers_.clear();
+    store_.reset();
+    store::StoreOptions o;
+    o.dir = dir_.string();
+    o.partitions = kParts;
+    o.block_cache_bytes = 8 << 20;
+    o.now_ms = [this] { return now_ms_; };
+    auto s = store::StateStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    for (uint32_t p = 0; p < kParts; p++) {
+      appliers_.push_back(std::make_unique<WindowApplier>(store_->partition(p), "tally.deltas", kParts));
+      ASSERT_TRUE(appliers_.back()->Load().ok());
+    }
+  }
+  // Routes `d` to its entity's partition as one single-delta batch, like the
+  // router would, and commits it.
+  void Apply(Delta d) {
+    uint32_t p = schemas::PartitionOf(d.entity, kParts);
+    d.source.offset = next_offset_++;
+    schemas::DeltaBatchBuilder b;
+    d.source.stream = b.StreamIndex("tally.events", 0);
+    b.Add(d);
+    std::string bytes = b.Finish();
+    std::vector<schemas::DeltaBatchBuilder> derived(kParts);
+    ASSERT_TRUE(appliers_[p]->ApplyBatch(bytes, deltas_offset_[p]++, &derived).ok());
+    ASSERT_TRUE(appliers_[p]->Commit().ok());
+    for (uint32_t t = 0; t < kParts; t++) {
+      if (derived[t].empty()) continue;
+      std::string db = derived[t].Finish();
+      ASSERT_TRUE(appliers_[t]->ApplyBatch(db, deltas_offset_[t]++, nullptr).ok());
+      ASSERT_TRUE(appliers_[t]->Commit().ok());
+    }
+  }
+  static Delta Op(DeltaOp op, uint64_t entity, uint64_t member = 0, int64_t ts = 0) {
+    Delta d;
+    d.op = op;
+    d.entity = entity;
+    d.member = member;
+    d.source.ts = ts;
+    return d;
+  }
+  void Notice(uint64_t id) { Apply(Op(DeltaOp::kNoticeAppend, schemas::kGlobalEntity, id, 1)); }
+  void ReadNotice(uint64_t user, uint64_t id, int64_t ts = 1) { Apply(Op(DeltaOp::kNoticeRead, user, id, ts)); }
+  void Post(uint64_t author, int64_t n) {
+    Delta d = Op(DeltaOp::kUserCounter, author);
+    d.field = static_cast<uint8_t>(schemas::UserField::kPosts);
+    d.amount = n;
+    Apply(d);
+  }
+  void Follow(uint64_t u, uint64_t t, bool set = true) { Apply(Op(set ? DeltaOp::kFollowSet : DeltaOp::kFollowUnset, u, t)); }
+  void Snapshot(uint64_t user, std::vector<std::pair<uint64_t, uint64_t>> snap, int64_t ts = 5) {
+    snaps_.push_back(std::move(snap));
+    Delta d = Op(DeltaOp::kFeedSnapshot, user, 0, ts);
+    d.snapshot = snaps_.back().data();
+    d.snapshot_size = static_cast<uint32_t>(snaps_.back().size());
+    Apply(d);
+  }
+  void RedDot(const std::string& ch, int64_t ts) {
+    texts_.push_back(ch);
+    Delta d = Op(DeltaOp::kRedDotPublish, schemas::kGlobalEntity, 0, ts);
+    d.text = texts_.back();
+    Apply(d);
+  }
+  void Click(uint64_t user, const std::string& ch, int64_t ts) {
+    texts_.push_back(ch);
+    Delta d = Op(DeltaOp::kRedDotRead, user, 0, ts);
+    d.text = texts_.back();
+    Apply(d);
+  }
+  store::UnreadView Unread(uint64_t user) {
+    auto u = store_->GetUnread(user);
+    EXPECT_TRUE(u.ok()) << u.status().ToString();
+    return u.ok() ? *u : store::UnreadView();
+  }
+
+  static constexpr uint32_t kParts = 4;
+  fs::path dir_;
+  std::unique_ptr<store::StateStore> store_;
+  std::vector<std::unique_ptr<WindowApplier>> appliers_;
+  int64_t next_offset_ = 0;
+  int64_t deltas_offset_[kParts] = {0, 0, 0, 0};
+  int64_t now_ms_ = 0;
+  std::deque<std::vector<std::pair<uint64_t, uint64_t>>> snaps_;
+  std::deque<std::string> texts_;
+};
+
+TEST_F(UnreadTest, NoticesCountThoseAboveTheLastRead) {
+  for (uint64_t id : {10, 20, 30, 40}) Notice(id);
+  EXPECT_EQ(Unread(7).notice, 0) << "a user with no last-read id reads 0";
+  ReadNotice(7, 20);
+  EXPECT_EQ(Unread(7).notice, 2);
+  ReadNotice(7, 25);  // between two notices
+  EXPECT_EQ(Unread(7).notice, 2);
+  ReadNotice(7, 5);  // below every notice: all are unread
+  EXPECT_EQ(Unread(7).notice, 4);
+  Notice(50);
+  EXPECT_EQ(Unread(7).notice, 5);
+  ReadNotice(7, 50);
+  EXPECT_EQ(Unread(7).notice, 0);
+  auto newest = store_->NewestNoticeId();
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(*newest, 50u);
+}
+
+TEST_F(UnreadTest, NoticeIdsMustIncrease) {
+  Notice(10);
+  Notice(10);  // duplicate id: ignored
+  Notice(5);   // older id: ignored
+  Notice(11);
+  ReadNotice(1, 1);
+  EXPECT_EQ(Unread(1).notice, 2);
+}
+
+TEST_F(UnreadTest, RedDotsShowUntilClickedAfterTheirTime) {
+  RedDot("discover", 100);
+  RedDot("games", 50);
+  auto u = Unread(3);
+  ASSERT_EQ(u.red_dots.size(), 2u);
+  EXPECT_EQ(u.red_dots[0], (std::pair<std::string, bool>{"discover", true}));
+  EXPECT_EQ(u.red_dots[1], (std::pair<std::string, bool>{"games", true}));
+  Click(3, "discover", 120);
+  Click(3, "games", 10);  // clicked before the dot's time: still shows
+  u = Unread(3);
+  EXPECT_FALSE(u.red_dots[0].second);
+  EXPECT_TRUE(u.red_dots[1].second);
+  RedDot("discover", 90);  // an older publish does not move the dot back
+  EXPECT_FALSE(Unread(3).red_dots[0].second);
+  RedDot("discover", 130);
+  EXPECT_TRUE(Unread(3).red_dots[0].second);
+  Click(3, "discover", 100);  // an older click does not move the user's time back
+  EXPECT_TRUE(Unread(3).red_dots[0].second);
+  Click(3, "never-published", 5);  // only channels with a global time are listed
+  EXPECT_EQ(Unread(3).red_dots.size(), 2u);
+}
+
+TEST_F(UnreadTest, FeedCountsNewPostsOfFolloweesInBothSnapshotAndFollowSet) {
+  Follow(1, 100);
+  Follow(1, 200);
+  Follow(1, 300);
+  Post(100, 5);
+  Post(200, 2);
+  EXPECT_EQ(Unread(1).feed, 0) << "no snapshot yet: 0";
+  auto snap = store_->CurrentFolloweePosts(1);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(*snap, (std::vector<std::pair<uint64_t, uint64_t>>{{100, 5}, {200, 2}, {300, 0}}));
+  Snapshot(1, *snap);
+  EXPECT_EQ(Unread(1).feed, 0);
+  Post(100, 3);
+  Post(300, 1);
+  EXPECT_EQ(Unread(1).feed, 4);
+  Follow(1, 400);  // followed after the snapshot: not counted
+  Post(400, 9);
+  EXPECT_EQ(Unread(1).feed, 4);
+  Follow(1, 300, false);  // unfollowed: no longer counted
+  EXPECT_EQ(Unread(1).feed, 3);
+  Post(200, -2);  // deleted posts: never negative
+  EXPECT_EQ(Unread(1).feed, 3);
+  auto stored = store_->GetFeedSnapshot(1);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->exists);
+  EXPECT_EQ(stored->taken_ts, 5);
+  EXPECT_EQ(stored->followees.size(), 3u);
+}
+
+TEST_F(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
+  const int64_t day = 86400000;
+  Notice(1);
+  Notice(2);
+  RedDot("ch", 10 * day);
+  ReadNotice(5, 1, /*ts=*/10 * day);
+  Click(5, "ch", 11 * day);
+  ReadNotice(6, 1, /*ts=*/45 * day);
+  now_ms_ = 50 * day;  // user 5 untouched for 39 days, user 6 for 5
+  ASSERT_TRUE(store_->CompactAll().ok());
+  EXPECT_EQ(Unread(5).notice, 0) << "purged: reads as a new user";
+  EXPECT_TRUE(Unread(5).red_dots[0].second) << "purged: the dot shows again";
+  EXPECT_EQ(Unread(6).notice, 1) << "active user kept";
+}
+
+}  // namespace
+}  // namespace tally::aggregator
