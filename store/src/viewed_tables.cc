@@ -31,7 +31,7 @@ ViewedTables::ViewedTables(ViewedOptions options) : options_(options) {
   double ln2 = std::log(2.0);
   // Bits per item of a classic Bloom filter at rate p, plus a margin for the
   // uneven load of 512-bit blocks (measured: the test checks the rate).
-  double bits_per_item = -std::log(p) / (ln2 * ln2) * 1.25;
+  double bits_per_item = -std::log(p) / (ln2 * ln2) * 1.05;
   k_ = std::clamp(static_cast<int>(std::lround(-std::log(p) / ln2)), 1, 16);
   capacity_ = std::max<uint64_t>(1, static_cast<uint64_t>(table_bytes_ * 8 / bits_per_item));
 }

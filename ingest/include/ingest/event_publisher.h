@@ -1,9 +1,14 @@
 // EventPublisher: puts validated events on the input topic.
 //
 // Used by `tally produce`, `POST /v1/events` and the HTTP unread resets. An
-// idempotent librdkafka producer (enable.idempotence, lz4, acks=all): within
-// one partition, records land once and in the order given.
-// Thread model: safe for concurrent use; Publish() blocks its caller only.
+// idempotent librdkafka producer (enable.idempotence, lz4, acks=all,
+// partitioner=murmur2_random as in the Java client): within one partition,
+// records land once and in the order given, and a record with a key lands in
+// the partition a Java producer would pick for that key.
+//
+// Thread model: safe for concurrent use. Each publisher owns one librdkafka
+// producer and one poll thread that serves its delivery reports; Publish()
+// blocks only its caller. The publisher must outlive every call into it.
 #pragma once
 
 #include <cstdint>
@@ -25,30 +30,59 @@ struct PublishRecord {
 
 struct PublisherOptions {
   base::KafkaOptions kafka;
-  std::string topic = "tally.events";
+  std::string topic = std::string(base::kEventsTopic);
+  // Upper bound on the time from queueing a record to its delivery report
+  // (librdkafka message.timeout.ms), and on how long a full local queue may
+  // block PublishAsync()/Publish().
   int delivery_timeout_ms = 15000;
+};
+
+// Counts since the publisher was created. Thread model: a value.
+struct PublisherStats {
+  uint64_t delivered = 0;  // acknowledged by the broker
+  uint64_t failed = 0;     // delivery reports with an error (timeouts included)
 };
 
 class EventPublisher {
  public:
-  // Creates the producer. InvalidArgument for bad Kafka settings. Does not
-  // wait for the cluster.
+  // Creates the producer with tally's defaults (enable.idempotence=true,
+  // acks=all, compression.type=lz4, linger.ms=5, partitioner=murmur2_random,
+  // message.timeout.ms=delivery_timeout_ms), then options.kafka.overrides.
+  // InvalidArgument for bad Kafka settings or an empty topic. Does not wait
+  // for the cluster. The caller owns the result.
   static base::Result<std::unique_ptr<EventPublisher>> Create(const PublisherOptions& options);
+
+  // Waits up to 5 s for records still queued (call Flush() first to know
+  // their fate), logs how many are dropped, and destroys the producer.
   ~EventPublisher();
 
-  // Publishes `records` in order and waits until every one is acknowledged.
-  // OK when all were; otherwise Unavailable/Internal naming the first
-  // failure (some records may have been published: the caller says so).
+  EventPublisher(const EventPublisher&) = delete;
+  EventPublisher& operator=(const EventPublisher&) = delete;
+
+  // Publishes `records` in order and waits until every one is acknowledged
+  // or has failed. OK when all were acknowledged (also for an empty span);
+  // otherwise Unavailable (broker unreachable, timed out, queue full) or
+  // another code naming the first failure by index and key. Records queued
+  // before a failure may have been published: the caller says so. Records
+  // after a local produce failure are not queued.
   base::Status Publish(std::span<const PublishRecord> records);
 
   // Queues one record without waiting (for bulk producers such as
   // `tally produce`). Unavailable when the local queue stays full past the
-  // delivery timeout. Delivery failures are counted and returned by Flush().
+  // delivery timeout; another code when librdkafka refuses the record
+  // (fatal producer error, record too large). Delivery failures are counted
+  // and reported by Flush().
   base::Status PublishAsync(const PublishRecord& record);
-  // Waits for everything queued by PublishAsync(); reports the first
-  // delivery failure since the last Flush().
+
+  // Waits up to `timeout_ms` for everything queued by PublishAsync(). Returns
+  // the first delivery failure since the last Flush() if there was one (and
+  // forgets it), else Unavailable if records are still undelivered at the
+  // deadline, else OK.
   base::Status Flush(int timeout_ms);
 
+  // Records queued by PublishAsync() whose delivery report has not arrived.
+  uint64_t pending() const;
+  PublisherStats stats() const;
   const std::string& topic() const;
 
  private:
@@ -57,9 +91,11 @@ class EventPublisher {
   std::unique_ptr<Rep> rep_;
 };
 
-// The key tally recommends for an event (SPEC section 2, "Order"): the post
-// id for like/unlike, the user id for follow/unfollow/read, and the entity
-// the event is mostly about otherwise. Decimal string.
+// The key tally recommends for an event (SPEC section 2, "Order"), as a
+// decimal string: the post id for like/unlike/repost/comment/view, the user
+// id for follow/unfollow/read/mention, from_user_id for dm, author_id for
+// post/post_delete, "notice" for notice and the channel for red_dot.
+// Thread model: pure function.
 std::string DefaultKey(const schemas::Event& event);
 
 }  // namespace tally::ingest
