@@ -1,5 +1,7 @@
 #include "base/kafka.h"
 
+#include "base/log.h"
+
 #include <fmt/core.h>
 
 #include <chrono>
@@ -50,6 +52,15 @@ Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::str
 }
 
 namespace {
+
+// librdkafka's own log lines go through tally's logger (syslog levels).
+void LogFromKafka(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+  LogLevel l = level <= 3 ? LogLevel::kError : level <= 4 ? LogLevel::kWarn : level <= 6 ? LogLevel::kInfo
+                                                                                          : LogLevel::kDebug;
+  if (!LogEnabled(l)) return;
+  LogLine(l, "kafka", fmt::format("{} {}: {}", rk ? rd_kafka_name(rk) : "-", fac, buf));
+}
+
 Status SetConf(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
   char err[512];
   if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
@@ -64,8 +75,11 @@ Result<KafkaConf> MakeKafkaConf(const KafkaOptions& options,
   if (options.brokers.empty()) return Status::InvalidArgument("no brokers given (--brokers)");
   KafkaConf conf(rd_kafka_conf_new());
   TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "bootstrap.servers", options.brokers));
+  rd_kafka_conf_set_log_cb(conf.get(), &LogFromKafka);
   for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
-  if (options.embedded) {
+  // tally's consumers always name a group (assign() needs one), so a
+  // configuration with group.id is a consumer's.
+  if (options.embedded && defaults.count("group.id")) {
     // The mock cluster completes a rebalance only after session.timeout.ms - 1000.
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "session.timeout.ms", "6000"));
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "heartbeat.interval.ms", "500"));

@@ -57,9 +57,10 @@ struct KafkaOptions {
 Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::string>* out);
 
 // Builds a librdkafka configuration: bootstrap.servers, then `defaults`, then
-// the embedded-broker defaults when options.embedded (session.timeout.ms=6000,
-// heartbeat.interval.ms=500), then the user's overrides. InvalidArgument
-// naming the key when librdkafka rejects one. Caller owns the result.
+// for a consumer (`defaults` has group.id) of the embedded broker
+// session.timeout.ms=6000 and heartbeat.interval.ms=500, then the user's
+// overrides. librdkafka's log lines go to tally's log. InvalidArgument naming
+// the key when librdkafka rejects one. Caller owns the result.
 Result<KafkaConf> MakeKafkaConf(const KafkaOptions& options,
                                 const std::map<std::string, std::string>& defaults);
 
