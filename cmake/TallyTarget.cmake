@@ -1,6 +1,10 @@
 # Shared compile settings, applied per target (never globally).
 function(tally_compile_options target)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
+  # GCC 12 false positives on std::variant and string concatenation.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-restrict)
+  endif()
   if(TALLY_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

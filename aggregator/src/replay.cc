@@ -218,7 +218,8 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   }
   TALLY_RETURN_IF_ERROR(CommitAll(&appliers));
   meter.Add(0, /*force=*/true);
-  rd_kafka_consumer_close(consumer.get());
+  rd_kafka_assign(consumer.get(), nullptr);
+  rd_kafka_destroy_flags(consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   if (invalid > 0) TALLY_LOG_INFO(kLog, "{} invalid input records skipped (they are in tally.dlq)", invalid);
   TALLY_LOG_INFO(kLog, "rebuilt {} from {} records", store->dir(), total);
   return Status::Ok();

@@ -16,6 +16,7 @@ Status KafkaStatus(rd_kafka_resp_err_t err, std::string_view context) {
     case RD_KAFKA_RESP_ERR__TRANSPORT:
     case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
     case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
     case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
     case RD_KAFKA_RESP_ERR__QUEUE_FULL:
     case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
@@ -138,7 +139,9 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
     ident.incarnation.assign(static_cast<const char*>(m->payload), m->len);
     break;
   }
-  rd_kafka_consumer_close(rk->get());
+  // Never joined a group: skip the consumer close handshake (it costs seconds).
+  rd_kafka_assign(rk->get(), nullptr);
+  rd_kafka_destroy_flags(rk->release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   if (ident.incarnation.empty()) {
     return Status::Unavailable("embedded broker has no incarnation record in tally.meta");
   }

@@ -1,0 +1,67 @@
+// tally aggregate: the aggregator alone (router, applier or both).
+#include "aggregator/cluster_check.h"
+#include "base/log.h"
+#include "base/shutdown.h"
+#include "cli.h"
+#include "commands.h"
+#include "pipeline.h"
+#include "pipeline_runner.h"
+
+namespace tally::app {
+
+int RunAggregate(int argc, char** argv) {
+  const std::string command = "tally aggregate";
+  CommonFlags f;
+  f.brokers = "127.0.0.1:9092";
+  std::string role = "both";
+  int64_t flush_ms = 50, key_budget = 200000;
+  base::FlagSet fs(command,
+                   "Runs the aggregator against --brokers: the router (input topics -> tally.deltas, invalid "
+                   "records -> tally.dlq) and/or the applier (tally.deltas -> the state in --state-dir).");
+  AddKafkaFlags(&fs, &f);
+  AddTopicFlags(&fs, &f);
+  AddStateFlags(&fs, &f);
+  fs.String("role", &role, "router, applier or both");
+  fs.Int("flush-ms", &flush_ms, "applier window length in milliseconds");
+  fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
+  fs.Int("partitions", &f.partitions, "partitions of tally's topics when creating them on a real cluster");
+  fs.Bool("reset-offsets", &f.reset_offsets,
+          "attach the state to a different cluster, keeping the counts and reading its logs from the start");
+  if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  if (role != "router" && role != "applier" && role != "both") {
+    return Fail(command, base::Status::InvalidArgument("--role must be router, applier or both"), kExitUsage);
+  }
+  if (flush_ms < 1 || key_budget < 1) {
+    return Fail(command, base::Status::InvalidArgument("--flush-ms and --key-budget must be positive"), kExitUsage);
+  }
+  PipelineOptions po;
+  if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
+  auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);
+  if (!cluster.ok()) return Fail(command, cluster.status());
+  std::unique_ptr<store::StateStore> store;
+  if (role != "router") {
+    auto s = OpenState(f, cluster->deltas_partitions, false);
+    if (!s.ok()) return Fail(command, s.status());
+    store = std::move(s).value();
+    if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
+      return Fail(command, st);
+    }
+  }
+  po.input_topics = f.input_topics;
+  po.group = f.group;
+  po.deltas_partitions = cluster->deltas_partitions;
+  po.run_router = role != "applier";
+  po.run_applier = role != "router";
+  po.flush_ms = static_cast<int>(flush_ms);
+  po.key_budget = static_cast<size_t>(key_budget);
+  PipelineRunner runner(po, store.get());
+  runner.Start();
+  base::WaitForShutdown(-1);
+  TALLY_LOG_INFO("aggregate", "stopping");
+  runner.Stop();
+  store.reset();
+  TALLY_LOG_INFO("aggregate", "stopped{}", runner.failed() ? " after an error" : "");
+  return runner.failed() ? kExitFailure : kExitOk;
+}
+
+}  // namespace tally::app

@@ -1,0 +1,61 @@
+// `tally broker`: only the embedded Kafka-protocol broker (SPEC section 5).
+//
+// Prints exactly one line to stdout, "bootstrap: HOST:PORT", once the broker
+// accepts clients (scripts wait for it), then serves until SIGINT/SIGTERM.
+
+#include <cstdio>
+
+#include "base/flags.h"
+#include "base/log.h"
+#include "base/shutdown.h"
+#include "cli.h"
+#include "commands.h"
+#include "embedded_broker.h"
+
+namespace tally::app {
+
+int RunBroker(int argc, char** argv) {
+  const std::string command = "tally broker";
+  int64_t port = 9092;
+  int64_t partitions = 16;
+  std::string log_level = "info";
+  base::FlagSet flags(
+      command,
+      "Runs only the embedded Kafka-protocol broker (librdkafka's mock cluster) on\n"
+      "127.0.0.1:--port, with tally's topics created, and prints its bootstrap address.\n"
+      "The log lives in memory, keeps the newest ~5 MiB per partition and is gone when\n"
+      "the broker stops. Consumer groups against it should use session.timeout.ms=6000\n"
+      "and heartbeat.interval.ms=500.");
+  flags.Int("port", &port, "TCP port clients bootstrap from (0: a random port)");
+  flags.Int("partitions", &partitions,
+            "partitions of tally.events, tally.deltas and tally.dlq (tally.meta has 1)");
+  flags.String("log-level", &log_level, "debug, info, warn, error or off");
+  if (int rc = ParseFlagsOrExit(flags, command, argc, argv); rc >= 0) return rc;
+  if (auto st = ApplyLogLevel(log_level); !st.ok()) return Fail(command, st, kExitUsage);
+  if (port < 0 || port > 65535) {
+    return Fail(command, base::Status::InvalidArgument("--port must be in 0..65535"), kExitUsage);
+  }
+  if (partitions < 1 || partitions > 10000) {
+    return Fail(command, base::Status::InvalidArgument("--partitions must be in 1..10000"),
+                kExitUsage);
+  }
+
+  EmbeddedBrokerOptions options;
+  options.port = static_cast<int>(port);
+  options.partitions = static_cast<int>(partitions);
+  auto broker = EmbeddedBroker::Start(options);
+  if (!broker.ok()) return Fail(command, broker.status());
+
+  std::printf("bootstrap: %s\n", (*broker)->bootstrap().c_str());
+  std::fflush(stdout);
+  TALLY_LOG_INFO("broker",
+                 "consumer groups against the embedded broker should set session.timeout.ms=6000 "
+                 "and heartbeat.interval.ms=500 (it completes a rebalance only after "
+                 "session.timeout.ms - 1000)");
+  base::WaitForShutdown(-1);
+  TALLY_LOG_INFO("broker", "stop requested");
+  (*broker)->Stop();
+  return kExitOk;
+}
+
+}  // namespace tally::app

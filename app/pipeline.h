@@ -1,0 +1,62 @@
+// Wiring shared by the long-running subcommands (up, aggregate, serve,
+// replay): common flags, connecting to the cluster, opening the state.
+// Only wiring lives here; the logic is in the libraries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/flags.h"
+#include "base/kafka.h"
+#include "base/status.h"
+#include "store/state_store.h"
+
+namespace tally::app {
+
+struct CommonFlags {
+  std::string brokers;
+  std::vector<std::string> kafka;  // KEY=VALUE
+  std::string log_level = "info";
+  std::string state_dir = "./data";
+  std::string group = "tally";
+  std::vector<std::string> input_topics = {"tally.events"};
+  int64_t partitions = 16;
+  int64_t block_cache_mb = 256;
+  int64_t write_buffer_mb = 8;
+  bool reset_offsets = false;
+  bool sync = false;
+  int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions
+  int64_t inactive_days = 30;
+};
+
+// Registers --brokers, --kafka, --log-level on `fs`.
+void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f);
+// Registers --input-topic and --group.
+void AddTopicFlags(base::FlagSet* fs, CommonFlags* f);
+// Registers --state-dir, --block-cache-mb, --write-buffer-mb, --sync,
+// --viewed-mb, --inactive-days.
+void AddStateFlags(base::FlagSet* fs, CommonFlags* f);
+
+// Applies --log-level and parses --kafka into `out` (brokers too).
+base::Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out);
+
+// What a process learns about the cluster before it starts.
+struct ClusterInfo {
+  base::ClusterIdentity identity;
+  uint32_t deltas_partitions = 0;
+};
+
+// Waits (up to `wait_ms`) for the cluster, detects the embedded broker
+// (sets kafka->embedded), creates tally's topics on a real cluster when
+// `create_topics` (with `partitions` each), and reads the partition count of
+// tally.deltas.
+base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const CommonFlags& f, bool create_topics,
+                                         int wait_ms);
+
+// Opens the state directory with `partitions` (0: as recorded).
+base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
+                                                           bool read_only);
+
+}  // namespace tally::app

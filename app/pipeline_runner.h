@@ -1,0 +1,50 @@
+// PipelineRunner: the router and/or applier threads of one process, started
+// and stopped together (tally up, tally aggregate). Wiring only.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/kafka.h"
+#include "store/state_store.h"
+
+namespace tally::app {
+
+struct PipelineOptions {
+  base::KafkaOptions kafka;
+  std::vector<std::string> input_topics;
+  std::string group = "tally";
+  uint32_t deltas_partitions = 0;
+  bool run_router = true;
+  bool run_applier = true;
+  int flush_ms = 50;
+  size_t key_budget = 200000;
+};
+
+class PipelineRunner {
+ public:
+  // `store` (needed by the applier) must outlive the runner.
+  PipelineRunner(PipelineOptions options, store::StateStore* store);
+  ~PipelineRunner();  // Stop()s
+
+  // Starts the threads. A thread that fails requests a process shutdown.
+  void Start();
+  // Stops and joins (the last window is applied). Idempotent.
+  void Stop();
+  // True if a stage stopped with an error.
+  bool failed() const { return failed_.load(); }
+  // True while every stage started is running (for /healthz).
+  bool running() const { return running_.load() && !failed_.load(); }
+
+ private:
+  PipelineOptions options_;
+  store::StateStore* store_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> running_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tally::app

@@ -1,0 +1,80 @@
+// tally serve: the HTTP tier alone, over the state in --state-dir (written by
+// a `tally aggregate` on this machine, or rebuilt by `tally replay`).
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "base/shutdown.h"
+#include "cli.h"
+#include "commands.h"
+#include "ingest/event_publisher.h"
+#include "pipeline.h"
+#include "query/http_server.h"
+#include "query/query_service.h"
+#include "query/watermarks.h"
+
+namespace tally::app {
+
+int RunServe(int argc, char** argv) {
+  const std::string command = "tally serve";
+  CommonFlags f;
+  std::string http = "127.0.0.1:8080";
+  int64_t http_threads = 2;
+  base::FlagSet fs(command,
+                   "Serves the HTTP API over the state in --state-dir, following the aggregator that writes it "
+                   "(read-only). With --brokers it also answers /v1/watermarks and publishes POST /v1/events "
+                   "and resets; without, those answer 503.");
+  AddKafkaFlags(&fs, &f);
+  AddTopicFlags(&fs, &f);
+  fs.String("state-dir", &f.state_dir, "state directory to serve");
+  fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
+  fs.String("http", &http, "HTTP listen address HOST:PORT");
+  fs.Int("http-threads", &http_threads, "HTTP I/O threads");
+  if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  if (http_threads < 1) return Fail(command, base::Status::InvalidArgument("--http-threads must be positive"), kExitUsage);
+  base::KafkaOptions kafka;
+  if (auto st = ApplyCommonFlags(f, &kafka); !st.ok()) return Fail(command, st, kExitUsage);
+
+  auto store_r = OpenState(f, 0, /*read_only=*/true);
+  if (!store_r.ok()) return Fail(command, store_r.status());
+  std::unique_ptr<store::StateStore> store = std::move(store_r).value();
+
+  std::unique_ptr<ingest::EventPublisher> publisher;
+  std::unique_ptr<query::WatermarkSource> watermarks;
+  if (!f.brokers.empty()) {
+    auto cluster = ConnectCluster(&kafka, f, /*create_topics=*/false, 30000);
+    if (!cluster.ok()) return Fail(command, cluster.status());
+    ingest::PublisherOptions pub;
+    pub.kafka = kafka;
+    pub.topic = f.input_topics.front();
+    auto p = ingest::EventPublisher::Create(pub);
+    if (!p.ok()) return Fail(command, p.status());
+    publisher = std::move(p).value();
+    query::WatermarkOptions wo;
+    wo.kafka = kafka;
+    wo.input_topics = f.input_topics;
+    wo.group_id = f.group;
+    auto w = query::WatermarkSource::Create(wo, store.get());
+    if (!w.ok()) return Fail(command, w.status());
+    watermarks = std::move(w).value();
+  }
+
+  query::QueryServiceOptions qo;
+  qo.store = store.get();
+  qo.publisher = publisher.get();
+  qo.watermarks = watermarks.get();
+  qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
+  qo.ready = [] { return true; };
+  query::QueryService service(qo);
+  query::ServerOptions so;
+  so.listen = http;
+  so.threads = static_cast<int>(http_threads);
+  auto server = query::HttpServer::Start(so, &service);
+  if (!server.ok()) return Fail(command, server.status());
+  TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http);
+  base::WaitForShutdown(-1);
+  TALLY_LOG_INFO("serve", "stopping");
+  (*server)->Stop();
+  return kExitOk;
+}
+
+}  // namespace tally::app

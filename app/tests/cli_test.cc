@@ -1,0 +1,203 @@
+// Drives the built `tally` binary: `tally broker` as a child process, then
+// `tally produce` against it, as a user would (label: integration).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include "base/kafka.h"
+#include "test_util.h"
+
+namespace {
+
+using tally::app::testing::FreePort;
+using tally::app::testing::WaitFor;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Runs `tally <args>` through the shell, capturing stdout and stderr.
+RunResult Tally(const std::string& args, const std::string& stdin_path = "/dev/null") {
+  std::string dir = ::testing::TempDir();
+  std::string out = dir + "/tally_cli_out", err = dir + "/tally_cli_err";
+  std::string cmd =
+      std::string(TALLY_BINARY) + " " + args + " <" + stdin_path + " >" + out + " 2>" + err;
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+// `tally broker` as a child process with its stdout on a pipe.
+class BrokerProcess {
+ public:
+  explicit BrokerProcess(int port) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      std::string p = std::to_string(port);
+      execl(TALLY_BINARY, TALLY_BINARY, "broker", "--port", p.c_str(), "--partitions", "4",
+            "--log-level", "warn", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fds[0];
+  }
+  ~BrokerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+
+  // The first stdout line, or "" after `timeout_ms`.
+  std::string ReadLine(int timeout_ms) {
+    std::string line;
+    pollfd p{out_, POLLIN, 0};
+    while (poll(&p, 1, timeout_ms) == 1) {
+      char c;
+      if (read(out_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line.push_back(c);
+    }
+    return line;
+  }
+
+  // Sends `sig` and waits for the exit; the exit code, or -1.
+  int StopWith(int sig, int timeout_ms) {
+    kill(pid_, sig);
+    int status = 0;
+    bool done = WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout_ms);
+    if (!done) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+int64_t EventsInTopic(const std::string& brokers) {
+  tally::base::KafkaOptions k;
+  k.brokers = brokers;
+  auto conf = tally::base::MakeKafkaConf(k, {});
+  auto rk = tally::base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
+  auto marks = tally::base::QueryWatermarks(rk->get(), tally::base::kEventsTopic, 10000);
+  if (!marks.ok()) return -1;
+  int64_t n = 0;
+  for (const auto& m : *marks) n += m.high - m.low;
+  return n;
+}
+
+TEST(CliTest, VersionHelpAndUnknownCommand) {
+  RunResult v = Tally("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.out.rfind("tally ", 0), 0u) << v.out;
+
+  RunResult h = Tally("--help");
+  EXPECT_EQ(h.exit_code, 0);
+  for (const char* cmd : {"up", "broker", "produce", "aggregate", "serve", "replay"}) {
+    EXPECT_NE(h.out.find(cmd), std::string::npos) << cmd;
+  }
+
+  RunResult u = Tally("frobnicate");
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_NE(u.err.find("unknown command 'frobnicate'"), std::string::npos) << u.err;
+  EXPECT_NE(u.err.find("usage: tally"), std::string::npos) << u.err;
+
+  RunResult none = Tally("");
+  EXPECT_EQ(none.exit_code, 2);
+
+  RunResult bh = Tally("produce --help");
+  EXPECT_EQ(bh.exit_code, 0);
+  EXPECT_NE(bh.out.find("--gen"), std::string::npos) << bh.out;
+
+  RunResult bad = Tally("broker --no-such-flag");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown flag --no-such-flag"), std::string::npos) << bad.err;
+}
+
+TEST(CliTest, BrokerThenProduceLinesAndGeneratedEvents) {
+  const int port = FreePort();
+  const std::string brokers = "127.0.0.1:" + std::to_string(port);
+  BrokerProcess broker(port);
+  ASSERT_EQ(broker.ReadLine(20000), "bootstrap: " + brokers);
+
+  // A second broker on the same port fails plainly.
+  RunResult taken = Tally("broker --port " + std::to_string(port));
+  EXPECT_EQ(taken.exit_code, 1);
+  EXPECT_NE(taken.err.find("already in use"), std::string::npos) << taken.err;
+
+  // Lines mode: 3 valid, 2 invalid, blank lines ignored.
+  std::string input = ::testing::TempDir() + "/tally_cli_lines.jsonl";
+  {
+    std::ofstream f(input);
+    f << R"({"type":"like","ts":1,"post_id":1,"user_id":2})"
+      << "\n"
+      << R"({"type":"like","ts":1,"post_id":1})"
+      << "\n"
+      << "\n"
+      << R"({"type":"follow","ts":2,"user_id":"3","target_id":4})"
+      << "\r\n"
+      << "not json\n"
+      << "   \n"
+      << R"({"type":"notice","ts":3,"notice_id":1})";  // no final newline
+  }
+  RunResult lines = Tally("produce --brokers " + brokers + " --file " + input);
+  EXPECT_EQ(lines.exit_code, 0) << lines.err;
+  EXPECT_EQ(lines.out, "published 3 events (2 invalid lines skipped)\n");
+  EXPECT_NE(lines.err.find("line 2: missing field user_id"), std::string::npos) << lines.err;
+  EXPECT_NE(lines.err.find("line 5: "), std::string::npos) << lines.err;
+  EXPECT_EQ(lines.err.find("line 3"), std::string::npos) << "blank lines are not errors";
+
+  // The same through stdin.
+  RunResult piped = Tally("produce --brokers " + brokers, input);
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.out, "published 3 events (2 invalid lines skipped)\n");
+
+  RunResult gen = Tally("produce --brokers " + brokers + " --gen 2000 --seed 3 --users 100");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(gen.out.rfind("published 2000 events in ", 0), 0u) << gen.out;
+
+  EXPECT_TRUE(WaitFor([&] { return EventsInTopic(brokers) == 2006; }, 10000))
+      << EventsInTopic(brokers);
+
+  RunResult missing = Tally("produce --brokers " + brokers + " --file /no/such/file");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("/no/such/file"), std::string::npos) << missing.err;
+
+  EXPECT_EQ(broker.StopWith(SIGTERM, 10000), 0) << "SIGTERM stops the broker cleanly";
+}
+
+TEST(CliTest, ProduceToADeadBrokerFailsWithExitOne) {
+  RunResult r = Tally("produce --brokers 127.0.0.1:" + std::to_string(FreePort()) +
+                      " --gen 10 --kafka message.timeout.ms=1000 --kafka log_level=0");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("published 0 events", 0), 0u) << r.out;
+}
+
+}  // namespace

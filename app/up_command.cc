@@ -1,0 +1,121 @@
+// tally up: the main job on one machine — the embedded broker (unless
+// --brokers is given), the aggregator and the HTTP tier in one process.
+#include <fmt/core.h>
+
+#include "aggregator/cluster_check.h"
+#include "base/log.h"
+#include "base/shutdown.h"
+#include "cli.h"
+#include "commands.h"
+#include "embedded_broker.h"
+#include "ingest/event_publisher.h"
+#include "pipeline.h"
+#include "pipeline_runner.h"
+#include "query/http_server.h"
+#include "query/query_service.h"
+#include "query/watermarks.h"
+
+namespace tally::app {
+
+int RunUp(int argc, char** argv) {
+  const std::string command = "tally up";
+  CommonFlags f;
+  std::string http = "127.0.0.1:8080";
+  int64_t port = 9092, http_threads = 2, flush_ms = 50, key_budget = 200000;
+  base::FlagSet fs(command,
+                   "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
+                   "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "
+                   "SIGINT/SIGTERM.");
+  AddKafkaFlags(&fs, &f);
+  AddTopicFlags(&fs, &f);
+  AddStateFlags(&fs, &f);
+  fs.Int("port", &port, "port of the embedded broker (without --brokers)");
+  fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
+  fs.String("http", &http, "HTTP listen address HOST:PORT");
+  fs.Int("http-threads", &http_threads, "HTTP I/O threads");
+  fs.Int("flush-ms", &flush_ms, "applier window length in milliseconds");
+  fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
+  fs.Bool("reset-offsets", &f.reset_offsets,
+          "attach the state to a different cluster, keeping the counts and reading its logs from the start");
+  if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  if (f.partitions < 1 || f.partitions > 1024 || http_threads < 1 || flush_ms < 1 || key_budget < 1) {
+    return Fail(command, base::Status::InvalidArgument(
+                             "--partitions must be 1..1024; --http-threads, --flush-ms, --key-budget positive"),
+                kExitUsage);
+  }
+
+  PipelineOptions po;
+  if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
+
+  std::unique_ptr<EmbeddedBroker> broker;
+  if (f.brokers.empty()) {
+    EmbeddedBrokerOptions bo;
+    bo.port = static_cast<int>(port);
+    bo.partitions = static_cast<int>(f.partitions);
+    auto b = EmbeddedBroker::Start(bo);
+    if (!b.ok()) return Fail(command, b.status());
+    broker = std::move(b).value();
+    po.kafka.brokers = broker->bootstrap();
+    f.brokers = broker->bootstrap();
+  }
+  auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);
+  if (!cluster.ok()) return Fail(command, cluster.status());
+  auto store_r = OpenState(f, cluster->deltas_partitions, false);
+  if (!store_r.ok()) return Fail(command, store_r.status());
+  std::unique_ptr<store::StateStore> store = std::move(store_r).value();
+  if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
+    return Fail(command, st);
+  }
+
+  ingest::PublisherOptions pub;
+  pub.kafka = po.kafka;
+  pub.topic = f.input_topics.front();
+  auto publisher = ingest::EventPublisher::Create(pub);
+  if (!publisher.ok()) return Fail(command, publisher.status());
+  query::WatermarkOptions wo;
+  wo.kafka = po.kafka;
+  wo.input_topics = f.input_topics;
+  wo.group_id = f.group;
+  auto watermarks = query::WatermarkSource::Create(wo, store.get());
+  if (!watermarks.ok()) return Fail(command, watermarks.status());
+
+  po.input_topics = f.input_topics;
+  po.group = f.group;
+  po.deltas_partitions = cluster->deltas_partitions;
+  po.flush_ms = static_cast<int>(flush_ms);
+  po.key_budget = static_cast<size_t>(key_budget);
+  PipelineRunner runner(po, store.get());
+  runner.Start();
+
+  query::QueryServiceOptions qo;
+  qo.store = store.get();
+  qo.publisher = publisher->get();
+  qo.watermarks = watermarks->get();
+  qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
+  qo.ready = [&runner] { return runner.running(); };
+  query::QueryService service(qo);
+  query::ServerOptions so;
+  so.listen = http;
+  so.threads = static_cast<int>(http_threads);
+  auto server = query::HttpServer::Start(so, &service);
+  if (!server.ok()) {
+    runner.Stop();
+    return Fail(command, server.status());
+  }
+  TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http, f.brokers);
+
+  base::WaitForShutdown(-1);
+  // Shutdown order: stop accepting, stop consuming, apply the last window, close.
+  TALLY_LOG_INFO("up", "stopping");
+  (*server)->Stop();
+  runner.Stop();
+  server->reset();
+  watermarks->reset();
+  publisher->reset();
+  store.reset();
+  if (broker) broker->Stop();
+  TALLY_LOG_INFO("up", "stopped{}", runner.failed() ? " after an error" : "");
+  return runner.failed() ? kExitFailure : kExitOk;
+}
+
+}  // namespace tally::app

@@ -1,0 +1,307 @@
+#include "ingest/event_publisher.h"
+
+#include <fmt/core.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/metrics.h"
+
+namespace tally::ingest {
+namespace {
+
+constexpr std::string_view kComponent = "publisher";
+
+// The state of one Publish() call. It lives on the caller's stack; the caller
+// waits until `remaining` is 0, so every delivery report pointing here
+// arrives while it is alive (librdkafka reports every queued record exactly
+// once, at the latest after message.timeout.ms).
+struct SyncBatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = 0;
+  rd_kafka_resp_err_t first_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  size_t first_err_index = 0;
+};
+
+// The msg_opaque of a record queued by Publish(): which call, which record.
+struct SyncTag {
+  SyncBatch* batch;
+  size_t index;
+};
+
+// Kafka's "try again later" answers that KafkaStatus() does not (yet) map to
+// Unavailable: a message that timed out never reached a broker in time.
+base::Status DeliveryStatus(rd_kafka_resp_err_t err, std::string_view context) {
+  base::Status st = base::KafkaStatus(err, context);
+  if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT) return base::Status::Unavailable(st.message());
+  return st;
+}
+
+}  // namespace
+
+struct EventPublisher::Rep {
+  PublisherOptions options;
+  base::KafkaHandle rk;
+  rd_kafka_topic_t* rkt = nullptr;  // owned; destroyed before rk
+  std::thread poll_thread;
+  std::atomic<bool> stop{false};
+
+  // PublishAsync() bookkeeping. `mu` guards async_error and pairs with
+  // `flushed` for the wake-up when async_inflight reaches 0.
+  std::atomic<uint64_t> async_inflight{0};
+  std::mutex mu;
+  std::condition_variable flushed;
+  base::Status async_error;
+
+  std::atomic<uint64_t> delivered{0};
+  std::atomic<uint64_t> failed{0};
+  base::Counter* delivered_metric = nullptr;
+  base::Counter* failed_metric = nullptr;
+
+  ~Rep() {
+    if (poll_thread.joinable()) {
+      // Serve the remaining reports here; Flush() callers are gone by now.
+      rd_kafka_flush(rk.get(), 5000);
+      stop.store(true);
+      poll_thread.join();
+      if (int left = rd_kafka_outq_len(rk.get()); left > 0) {
+        TALLY_LOG_WARN(kComponent, "closing producer for {} with {} records undelivered",
+                       options.topic, left);
+      }
+    }
+    if (rkt) rd_kafka_topic_destroy(rkt);
+    rk.reset();
+  }
+
+  // Runs on librdkafka's poll (our poll thread, or rd_kafka_flush in ~Rep).
+  static void OnDelivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
+    auto* rep = static_cast<Rep*>(opaque);
+    if (m->err) {
+      rep->failed.fetch_add(1, std::memory_order_relaxed);
+      rep->failed_metric->Inc();
+    } else {
+      rep->delivered.fetch_add(1, std::memory_order_relaxed);
+      rep->delivered_metric->Inc();
+    }
+    if (auto* tag = static_cast<SyncTag*>(m->_private)) {
+      SyncBatch* b = tag->batch;
+      std::lock_guard<std::mutex> lock(b->mu);
+      if (m->err && !b->first_err) {
+        b->first_err = m->err;
+        b->first_err_index = tag->index;
+      }
+      if (--b->remaining == 0) b->cv.notify_all();
+      return;
+    }
+    if (m->err) {
+      std::lock_guard<std::mutex> lock(rep->mu);
+      if (rep->async_error.ok()) {
+        rep->async_error = DeliveryStatus(
+            m->err,
+            fmt::format("delivering to {} partition {} key '{}'", rep->options.topic, m->partition,
+                        std::string_view(static_cast<const char*>(m->key), m->key_len)));
+      }
+    }
+    if (rep->async_inflight.fetch_sub(1) == 1) {
+      // Taking the lock orders this wake-up after a waiter's predicate check.
+      std::lock_guard<std::mutex> lock(rep->mu);
+      rep->flushed.notify_all();
+    }
+  }
+
+  static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    auto* rep = static_cast<Rep*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+      char buf[512];
+      rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof(buf));
+      TALLY_LOG_ERROR(kComponent, "fatal producer error for {}: {} ({}); records will fail",
+                      rep->options.topic, buf, rd_kafka_err2name(orig));
+      return;
+    }
+    // Transport errors are retried by librdkafka; they matter only if they last.
+    TALLY_LOG_WARN(kComponent, "kafka ({}): {}",
+                   rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
+  }
+
+  void PollLoop() {
+    while (!stop.load(std::memory_order_relaxed)) rd_kafka_poll(rk.get(), 100);
+  }
+
+  // Queues one record, waiting while the local queue is full (up to the
+  // delivery timeout). `opaque` is a SyncTag* or null for async records.
+  base::Status Produce(const PublishRecord& r, void* opaque) {
+    int64_t deadline = -1;
+    for (;;) {
+      rd_kafka_resp_err_t err = rd_kafka_producev(
+          rk.get(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_VALUE(const_cast<char*>(r.value.data()), r.value.size()),
+          RD_KAFKA_V_KEY(r.key.empty() ? nullptr : r.key.data(), r.key.size()),
+          RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return base::Status::Ok();
+      if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        return base::KafkaStatus(err,
+                                 fmt::format("producing to {} key '{}'", options.topic, r.key));
+      }
+      int64_t now = base::SteadyMs();
+      if (deadline < 0) {
+        deadline = now + options.delivery_timeout_ms;
+      } else if (now >= deadline) {
+        return base::Status::Unavailable(
+            fmt::format("producing to {}: local queue full for {} ms (is the broker at {} up?)",
+                        options.topic, options.delivery_timeout_ms, options.kafka.brokers));
+      }
+      // The poll thread drains delivery reports as the broker acknowledges.
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+};
+
+base::Result<std::unique_ptr<EventPublisher>> EventPublisher::Create(
+    const PublisherOptions& options) {
+  if (options.topic.empty()) return base::Status::InvalidArgument("publisher: empty topic name");
+  if (options.delivery_timeout_ms <= 0) {
+    return base::Status::InvalidArgument(fmt::format(
+        "publisher: delivery timeout must be positive, got {}", options.delivery_timeout_ms));
+  }
+  auto rep = std::make_unique<Rep>();
+  rep->options = options;
+  auto conf = base::MakeKafkaConf(
+      options.kafka, {
+                         {"enable.idempotence", "true"},
+                         {"acks", "all"},
+                         {"compression.type", "lz4"},
+                         {"linger.ms", "5"},
+                         // Same key -> same partition as the Java client.
+                         {"partitioner", "murmur2_random"},
+                         {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
+                     });
+  if (!conf.ok()) return conf.status().WithContext("publisher");
+  rd_kafka_conf_set_opaque(conf->get(), rep.get());
+  rd_kafka_conf_set_dr_msg_cb(conf->get(), &Rep::OnDelivery);
+  rd_kafka_conf_set_error_cb(conf->get(), &Rep::OnError);
+  auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
+  if (!rk.ok()) return rk.status().WithContext("publisher");
+  rep->rk = std::move(rk).value();
+  rep->rkt = rd_kafka_topic_new(rep->rk.get(), options.topic.c_str(), nullptr);
+  if (!rep->rkt) {
+    return base::KafkaStatus(rd_kafka_last_error(),
+                             fmt::format("publisher: topic handle for {}", options.topic));
+  }
+  std::string labels = fmt::format("topic=\"{}\"", options.topic);
+  auto& metrics = base::MetricsRegistry::Global();
+  rep->delivered_metric = metrics.GetCounter("tally_ingest_records_delivered_total",
+                                             "Event records acknowledged by Kafka", labels);
+  rep->failed_metric = metrics.GetCounter("tally_ingest_records_failed_total",
+                                          "Event records whose delivery failed", labels);
+  rep->poll_thread = std::thread([r = rep.get()] { r->PollLoop(); });
+  return std::unique_ptr<EventPublisher>(new EventPublisher(std::move(rep)));
+}
+
+EventPublisher::EventPublisher(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+EventPublisher::~EventPublisher() = default;
+
+base::Status EventPublisher::Publish(std::span<const PublishRecord> records) {
+  if (records.empty()) return base::Status::Ok();
+  SyncBatch batch;
+  std::vector<SyncTag> tags(records.size());
+  base::Status produce_status;
+  size_t queued = 0;
+  {
+    // Count every record up front so an early report cannot reach 0 early.
+    std::lock_guard<std::mutex> lock(batch.mu);
+    batch.remaining = records.size();
+  }
+  for (; queued < records.size(); queued++) {
+    tags[queued] = {&batch, queued};
+    produce_status = rep_->Produce(records[queued], &tags[queued]);
+    if (!produce_status.ok()) break;
+  }
+  std::unique_lock<std::mutex> lock(batch.mu);
+  batch.remaining -= records.size() - queued;  // never queued: no report will come
+  // Not bounded by a timer on purpose: librdkafka reports every queued record
+  // within message.timeout.ms, and `tags` must outlive those reports.
+  batch.cv.wait(lock, [&] { return batch.remaining == 0; });
+  if (batch.first_err) {
+    const PublishRecord& r = records[batch.first_err_index];
+    return DeliveryStatus(
+        batch.first_err,
+        fmt::format("publishing record {} of {} (key '{}') to {}", batch.first_err_index,
+                    records.size(), r.key, rep_->options.topic));
+  }
+  if (!produce_status.ok()) {
+    return produce_status.WithContext(fmt::format(
+        "record {} of {}; {} records before it were queued", queued, records.size(), queued));
+  }
+  return base::Status::Ok();
+}
+
+base::Status EventPublisher::PublishAsync(const PublishRecord& record) {
+  rep_->async_inflight.fetch_add(1);
+  base::Status st = rep_->Produce(record, nullptr);
+  if (!st.ok() && rep_->async_inflight.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(rep_->mu);
+    rep_->flushed.notify_all();
+  }
+  return st;
+}
+
+base::Status EventPublisher::Flush(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(rep_->mu);
+  bool drained = rep_->flushed.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
+                                        [&] { return rep_->async_inflight.load() == 0; });
+  base::Status first_failure = std::move(rep_->async_error);
+  rep_->async_error = base::Status::Ok();
+  if (!first_failure.ok()) return first_failure;
+  if (!drained) {
+    return base::Status::Unavailable(fmt::format(
+        "{} records to {} still undelivered after {} ms (is the broker at {} up?)",
+        rep_->async_inflight.load(), rep_->options.topic, timeout_ms, rep_->options.kafka.brokers));
+  }
+  return base::Status::Ok();
+}
+
+uint64_t EventPublisher::pending() const { return rep_->async_inflight.load(); }
+
+PublisherStats EventPublisher::stats() const {
+  return {rep_->delivered.load(std::memory_order_relaxed),
+          rep_->failed.load(std::memory_order_relaxed)};
+}
+
+const std::string& EventPublisher::topic() const { return rep_->options.topic; }
+
+std::string DefaultKey(const schemas::Event& e) {
+  using schemas::EventType;
+  switch (e.type) {
+    case EventType::kLike:
+    case EventType::kUnlike:
+    case EventType::kRepost:
+    case EventType::kComment:
+    case EventType::kView:
+      return std::to_string(e.post_id);
+    case EventType::kFollow:
+    case EventType::kUnfollow:
+    case EventType::kRead:
+    case EventType::kMention:
+      return std::to_string(e.user_id);
+    case EventType::kDm:
+      return std::to_string(e.from_user_id);
+    case EventType::kPost:
+    case EventType::kPostDelete:
+      return std::to_string(e.author_id);
+    case EventType::kNotice:
+      return "notice";
+    case EventType::kRedDot:
+      return e.channel;
+  }
+  return std::string();
+}
+
+}  // namespace tally::ingest
