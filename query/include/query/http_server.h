@@ -1,0 +1,76 @@
+// HttpServer: the HTTP/1.1 transport of the query tier.
+//
+// Serves a QueryService over RESTinio (Boost.Asio) on its own io_context and
+// thread pool; RESTinio stays inside http_server.cc. One request handler
+// hands every request to QueryService::Handle(), which does the routing.
+// Connections are keep-alive; pipelined requests are answered in order.
+//
+// Threads: `threads` I/O threads run the io_context and answer the reads
+// inline (a few microseconds of RocksDB and fmt each). Requests that may
+// wait for a broker (POST /v1/events, the resets, /v1/watermarks) run on a
+// separate pool of `blocking_threads`, so a slow broker never stalls reads.
+//
+// Limits: a body over max_body_bytes is answered 413 payload_too_large (the
+// connection stays usable); a body announced or sent over
+// max_readable_body_bytes is not read at all and the connection is closed
+// without an answer, as are request lines and headers over their limits and
+// bytes that are not HTTP.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace tally::query {
+
+class QueryService;
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:8080";     // HOST:PORT; port 0 picks a free one
+  int threads = 2;                           // I/O threads (>= 1)
+  int blocking_threads = 4;                  // threads for requests that may block (>= 1)
+  size_t max_body_bytes = 1 << 20;           // larger bodies: 413
+  size_t max_readable_body_bytes = 4 << 20;  // larger bodies: connection closed unread
+  size_t max_url_bytes = 16 << 10;
+  size_t max_header_bytes = 8 << 10;  // per header field value
+  size_t max_header_count = 100;
+  size_t max_pipelined_requests = 16;  // per connection, answered in order
+  int read_timeout_ms = 30000;         // idle keep-alive and slow request reads
+  int write_timeout_ms = 10000;        // writing one answer
+  int handle_timeout_ms = 30000;       // answering one request (publishes wait for acks)
+  int shutdown_grace_ms = 10000;       // Stop(): longest wait for requests in flight
+};
+
+class HttpServer {
+ public:
+  // Binds options.listen and starts serving `service` (borrowed; must
+  // outlive the server). InvalidArgument for a malformed address or bad
+  // options; Unavailable naming the address when it cannot be bound (port
+  // taken, address not local). The caller owns the server.
+  static base::Result<std::unique_ptr<HttpServer>> Start(const ServerOptions& options,
+                                                         QueryService* service);
+  // Stops (see Stop()).
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Stops accepting connections, answers requests that arrive meanwhile on
+  // open connections with 503, waits (up to shutdown_grace_ms) until every
+  // request in flight has been answered, then closes every connection and
+  // joins the threads. Idempotent; safe to call from any thread except the
+  // server's own.
+  void Stop();
+
+  // The port actually bound (useful with port 0).
+  uint16_t bound_port() const;
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tally::query

@@ -1,0 +1,140 @@
+// QueryService: the HTTP API of SPEC section 4, independent of any transport.
+//
+// The query tier is thin: it parses a request target by hand, reads the
+// state store (point reads, one batched MultiGet per partition for a list of
+// posts), renders compact JSON with fmt and maps errors to HTTP statuses in
+// one place (HttpStatusFor). The only writes it makes are publishes to the
+// input topic (POST /v1/events and the unread resets); it never writes the
+// store. HttpServer (http_server.h) feeds it requests from sockets; tests
+// call Handle() directly.
+//
+// Thread model: Handle() is safe for concurrent use from any number of
+// threads. Everything the service borrows must outlive it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tally::store {
+class StateStore;
+}
+namespace tally::ingest {
+class EventPublisher;
+class EventsRequestParser;
+}  // namespace tally::ingest
+
+namespace tally::query {
+
+class WatermarkSource;
+
+// One HTTP request as the transport received it. The views borrow from the
+// transport's buffers and must stay valid for the duration of Handle().
+struct Request {
+  std::string_view method;  // "GET", "POST", ... (case-sensitive, as HTTP says)
+  std::string_view target;  // origin-form request target: path, then "?query" if any
+  std::string_view body;
+  // Set by the transport when the body was larger than its limit (the body
+  // is then left empty): the answer is 413 payload_too_large.
+  bool body_too_large = false;
+};
+
+// The answer. `content_type` and `allow` point to static strings.
+struct Response {
+  int status = 200;
+  std::string_view content_type;
+  std::string body;
+  std::string_view allow;  // the Allow header of a 405; empty otherwise
+};
+
+inline constexpr std::string_view kJsonContentType = "application/json";
+inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4";
+
+// What GET /v1/info reports.
+struct ServiceInfo {
+  std::string version;
+  std::string brokers;  // "" when running without Kafka
+  std::vector<std::string> input_topics;
+  std::string state_dir;
+  uint32_t partitions = 0;
+};
+
+struct QueryServiceOptions {
+  // Required. Must outlive the service. Only read (and CatchUp() for a
+  // read-only store).
+  store::StateStore* store = nullptr;
+  // Optional. Null: POST /v1/events and the resets answer 503 unavailable.
+  ingest::EventPublisher* publisher = nullptr;
+  // Optional. Null: GET /v1/watermarks answers 503 unavailable.
+  WatermarkSource* watermarks = nullptr;
+  ServiceInfo info;
+  // Optional. While it returns false, every endpoint except /healthz,
+  // /metrics, /v1/info and /v1/watermarks answers 503 unavailable, and
+  // /healthz answers 503. Null means always ready. Called on request threads:
+  // must be cheap and safe for concurrent use.
+  std::function<bool()> ready;
+  // A read-only store (tally serve) follows its writer through
+  // StateStore::CatchUp(), called from a request thread at most this often.
+  int catch_up_interval_ms = 50;
+};
+
+// Maps a Status code to its HTTP status. The only such mapping in tally:
+// InvalidArgument 400, NotFound 404, ResourceExhausted 413, Unavailable 503,
+// everything else 500. (405 and 501 are answers of the router itself, not
+// outcomes of an operation, and do not come from a Status.)
+int HttpStatusFor(base::StatusCode code);
+
+// Renders {"error":{"code":"<code>","message":"<message>"}}, the message
+// JSON-escaped and cut to its first line.
+std::string RenderErrorBody(std::string_view code, std::string_view message);
+
+class QueryService {
+ public:
+  // Precondition: options.store != nullptr.
+  explicit QueryService(QueryServiceOptions options);
+  ~QueryService();
+  QueryService(const QueryService&) = delete;
+  QueryService& operator=(const QueryService&) = delete;
+
+  // Answers one request. Never throws: an unexpected exception becomes 500
+  // internal. Records tally_http_requests_total{route,code} and
+  // tally_http_request_duration_seconds{route}. Safe for concurrent use.
+  Response Handle(const Request& request);
+
+  // True when answering `request` may block for a broker round trip (the
+  // publishing endpoints and /v1/watermarks), so a transport should run it
+  // off its I/O threads. Cheap (looks at the method and the path only).
+  static bool MayBlock(std::string_view method, std::string_view target);
+
+ private:
+  struct Route;
+  Response Dispatch(const Request& request, int* route_id);
+  Response HandleEvents(const Request& request);
+  Response HandleReset(uint64_t user_id, std::string_view kind);
+  Response HandlePostCountsBatch(std::string_view query);
+  Response HandleWatermarks();
+  void MaybeCatchUp();
+  void Record(int route_id, int status, int64_t start_ns);
+
+  std::unique_ptr<ingest::EventsRequestParser> AcquireParser();
+  void ReleaseParser(std::unique_ptr<ingest::EventsRequestParser> parser);
+
+  QueryServiceOptions options_;
+  std::string info_body_;  // rendered once: the info never changes
+
+  std::atomic<int64_t> last_catch_up_ms_{0};
+  std::mutex catch_up_mu_;                       // one CatchUp() at a time; others skip it
+  int64_t last_catch_up_warning_ms_ = -1000000;  // guarded by catch_up_mu_
+
+  std::mutex parsers_mu_;
+  std::vector<std::unique_ptr<ingest::EventsRequestParser>> parsers_;
+};
+
+}  // namespace tally::query

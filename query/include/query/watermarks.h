@@ -1,0 +1,101 @@
+// WatermarkSource: how far the pipeline has got, for GET /v1/watermarks.
+//
+// One row per input partition and one per tally.deltas partition. A row's
+// applied_offset is the next offset whose effect is not yet visible in the
+// store, end_offset the partition's high watermark, lag their difference.
+// The contract (SPEC section 4): once producers stop, the total lag reaches
+// exactly 0, and a total lag of 0 means every record published before the
+// request is visible in every read.
+//
+// That guarantee rests on the order in which Compute() reads its four
+// sources (see query/README.md for the argument):
+//   1. the router's committed offsets on every input partition,
+//   2. the store's progress (after CatchUp() for a read-only store),
+//   3. the high/low watermarks of the input topics,
+//   4. the high/low watermarks of tally.deltas.
+// Reading an "applied" position before the matching "end" position can only
+// overstate lag, never understate it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/kafka.h"
+#include "base/status.h"
+#include "schemas/delta.h"
+
+namespace tally::store {
+class StateStore;
+struct Progress;
+}  // namespace tally::store
+
+namespace tally::query {
+
+struct WatermarkRow {
+  std::string topic;
+  int32_t partition = 0;
+  int64_t applied_offset = 0;
+  int64_t end_offset = 0;
+  int64_t lag = 0;
+  int64_t event_time_ms = 0;
+};
+
+struct WatermarkReport {
+  std::vector<WatermarkRow> rows;  // input topics in the order given, then deltas
+  int64_t lag = 0;                 // sum of the rows' lag
+};
+
+struct WatermarkOptions {
+  base::KafkaOptions kafka;
+  std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
+  std::string group_id = "tally";  // the router's consumer group
+  std::string deltas_topic = std::string(base::kDeltasTopic);
+  int timeout_ms = 5000;  // per broker request
+};
+
+// The pure part of Compute(), for tests: builds the report from what was read.
+//   committed:   per input stream, the router's committed offset (absent or
+//                negative: nothing committed)
+//   progress:    per deltas partition (index = partition)
+//   input:       per input topic (same order as `input_topics`), watermarks
+//   deltas:      watermarks of the deltas topic, one per store partition
+// InvalidArgument if `deltas` and `progress` disagree on the partition count.
+base::Result<WatermarkReport> BuildWatermarkReport(
+    const std::vector<std::string>& input_topics,
+    const std::map<schemas::SourceStream, int64_t>& committed,
+    const std::vector<store::Progress>& progress,
+    const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
+    const std::vector<base::PartitionOffsets>& deltas);
+
+class WatermarkSource {
+ public:
+  // Creates the Kafka consumer handle used for committed offsets and
+  // watermarks: group.id = options.group_id; it never subscribes, never
+  // joins the group and never commits. `store` is borrowed and must outlive
+  // the source. InvalidArgument for bad Kafka settings; does not contact the
+  // cluster.
+  static base::Result<std::unique_ptr<WatermarkSource>> Create(const WatermarkOptions& options,
+                                                               store::StateStore* store);
+  ~WatermarkSource();
+
+  // Reads the four sources in the order above and builds the report. No
+  // caching: every call asks the broker. Unavailable (naming what failed)
+  // when the broker or the store cannot answer. Safe for concurrent use:
+  // calls are serialized.
+  base::Result<WatermarkReport> Compute();
+
+ private:
+  WatermarkSource(WatermarkOptions options, store::StateStore* store, base::KafkaHandle rk);
+  base::Result<WatermarkReport> ComputeLocked();
+
+  WatermarkOptions options_;
+  store::StateStore* store_;
+  std::mutex mu_;
+  base::KafkaHandle rk_;
+};
+
+}  // namespace tally::query

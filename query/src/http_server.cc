@@ -1,0 +1,330 @@
+// The only file of tally that includes RESTinio (it compiles slowly).
+#include "query/http_server.h"
+
+#include <fmt/core.h>
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <ctime>
+#include <exception>
+#include <future>
+#include <restinio/all.hpp>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/log.h"
+#include "query/query_service.h"
+
+namespace tally::query {
+
+namespace {
+
+namespace asio = restinio::asio_ns;
+
+// Strands are on: the io_context runs on several threads.
+using Traits = restinio::traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t>;
+using Server = restinio::http_server_t<Traits>;
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 202:
+      return "Accepted";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
+  }
+}
+
+// The Date header (RFC 9110 section 6.6.1), formatted once per second per
+// thread. Independent of the C locale.
+std::string_view HttpDate() {
+  thread_local time_t cached_second = -1;
+  thread_local char buf[40];
+  thread_local size_t len = 0;
+  time_t now = std::time(nullptr);
+  if (now != cached_second) {
+    static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                              "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    auto r = fmt::format_to_n(buf, sizeof(buf), "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+                              kDays[tm.tm_wday], tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900,
+                              tm.tm_hour, tm.tm_min, tm.tm_sec);
+    len = r.size < sizeof(buf) ? r.size : sizeof(buf);
+    cached_second = now;
+  }
+  return std::string_view(buf, len);
+}
+
+// "HOST:PORT", "[V6]:PORT", ":PORT" (all interfaces), "localhost:PORT".
+base::Status ParseListen(const std::string& listen, asio::ip::address* address, uint16_t* port) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return base::Status::InvalidArgument(
+        fmt::format("listen address \"{}\": expected HOST:PORT", listen));
+  }
+  std::string host = listen.substr(0, colon);
+  std::string port_text = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty()) host = "0.0.0.0";
+  if (host == "localhost") host = "127.0.0.1";
+  unsigned long p = 0;
+  bool port_ok = !port_text.empty() && port_text.size() <= 5;
+  for (char c : port_text) {
+    if (c < '0' || c > '9') port_ok = false;
+  }
+  if (port_ok) p = std::stoul(port_text);
+  if (!port_ok || p > 65535) {
+    return base::Status::InvalidArgument(
+        fmt::format("listen address \"{}\": bad port \"{}\"", listen, port_text));
+  }
+  boost::system::error_code ec;
+  *address = asio::ip::make_address(host, ec);
+  if (ec) {
+    return base::Status::InvalidArgument(fmt::format(
+        "listen address \"{}\": \"{}\" is not an IP address (or localhost)", listen, host));
+  }
+  *port = static_cast<uint16_t>(p);
+  return base::Status::Ok();
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServerOptions options;
+  QueryService* service = nullptr;
+
+  // Requests taken by the handler whose answer is not yet written (or
+  // abandoned). Declared before the io_context: write notifications can
+  // still run while it is destroyed.
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<bool> stopping{false};
+  std::atomic<uint16_t> port{0};
+
+  std::unique_ptr<asio::io_context> io;
+  std::unique_ptr<boost::asio::thread_pool> blocking_pool;
+  std::unique_ptr<Server> server;
+  std::vector<std::thread> threads;
+  std::mutex stop_mu;
+  bool stopped = false;  // guarded by stop_mu
+
+  ~Impl() { StopNow(); }
+
+  restinio::request_handling_status_t OnRequest(restinio::request_handle_t req) noexcept;
+  void Answer(const restinio::request_handle_t& req, Response response, bool close) noexcept;
+  void StopNow();
+};
+
+void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response response,
+                              bool close) noexcept {
+  try {
+    auto builder = req->create_response(restinio::http_status_line_t{
+        restinio::http_status_code_t{static_cast<std::uint16_t>(response.status)},
+        ReasonPhrase(response.status)});
+    builder.append_header(restinio::http_field::date, std::string(HttpDate()));
+    builder.append_header(restinio::http_field::content_type, std::string(response.content_type));
+    if (!response.allow.empty()) {
+      builder.append_header(restinio::http_field::allow, std::string(response.allow));
+    }
+    if (close) builder.connection_close();
+    builder.set_body(std::move(response.body));
+    // The notification runs once the answer is written, or when it is
+    // dropped with its connection: either way the request is finished.
+    builder.done([this](const asio::error_code&) noexcept {
+      in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    });
+  } catch (const std::exception& e) {
+    // The connection may be gone or memory short; nothing can be sent.
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    TALLY_LOG_WARN("http", "could not send an answer: {}", e.what());
+  } catch (...) {
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+restinio::request_handling_status_t HttpServer::Impl::OnRequest(
+    restinio::request_handle_t req) noexcept {
+  in_flight.fetch_add(1, std::memory_order_acq_rel);
+  try {
+    if (stopping.load(std::memory_order_acquire)) {
+      Response r{
+          503, kJsonContentType, RenderErrorBody("unavailable", "server is shutting down"), {}};
+      Answer(req, std::move(r), /*close=*/true);
+      return restinio::request_accepted();
+    }
+    const auto& header = req->header();
+    std::string_view method = header.method().c_str();
+    std::string_view target = header.request_target();
+    if (QueryService::MayBlock(method, target)) {
+      // Off the I/O threads: a publish waits for the broker's acks. RESTinio
+      // lets any thread finish the answer.
+      boost::asio::post(*blocking_pool, [this, req = std::move(req)]() noexcept {
+        const auto& h = req->header();
+        Request request{h.method().c_str(), h.request_target(), req->body(), false};
+        if (request.body.size() > options.max_body_bytes) {
+          request.body = {};
+          request.body_too_large = true;
+        }
+        Answer(req, service->Handle(request), false);
+      });
+      return restinio::request_accepted();
+    }
+    Request request{method, target, req->body(), false};
+    if (request.body.size() > options.max_body_bytes) {
+      request.body = {};
+      request.body_too_large = true;
+    }
+    Answer(req, service->Handle(request), false);
+    return restinio::request_accepted();
+  } catch (...) {
+    // Only allocation can fail above; RESTinio answers a rejected request
+    // with 501 and closes the connection.
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return restinio::request_rejected();
+  }
+}
+
+void HttpServer::Impl::StopNow() {
+  std::lock_guard<std::mutex> lock(stop_mu);
+  if (stopped) return;
+  stopped = true;
+  if (!server) return;  // Start() failed before running anything
+  stopping.store(true, std::memory_order_release);
+
+  // 1. Stop accepting: close the acceptor on its own executor.
+  std::promise<void> closed;
+  server->close_async([&closed]() noexcept { closed.set_value(); },
+                      [&closed](std::exception_ptr) noexcept { closed.set_value(); });
+  if (closed.get_future().wait_for(std::chrono::milliseconds(options.shutdown_grace_ms)) !=
+      std::future_status::ready) {
+    TALLY_LOG_WARN("http", "closing the listener timed out; stopping anyway");
+  }
+
+  // 2. Let the requests in flight be answered (requests that still arrive
+  //    on open connections get 503 and Connection: close).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.shutdown_grace_ms);
+  while (in_flight.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (int64_t left = in_flight.load(); left > 0) {
+    TALLY_LOG_WARN("http", "{} requests still in flight after {} ms; closing their connections",
+                   left, options.shutdown_grace_ms);
+  }
+
+  // 3. Publishing jobs finish (bounded by the publisher's delivery timeout)
+  //    while the io_context still exists for their answers to be posted to.
+  blocking_pool->join();
+  // 4. Drop every connection and join the I/O threads.
+  io->stop();
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+  server.reset();
+  io.reset();  // destroys the pending handlers and with them the connections
+  blocking_pool.reset();
+}
+
+base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions& options,
+                                                            QueryService* service) {
+  if (service == nullptr) return base::Status::InvalidArgument("http: no query service");
+  if (options.threads < 1 || options.blocking_threads < 1) {
+    return base::Status::InvalidArgument("http: threads and blocking_threads must be >= 1");
+  }
+  if (options.max_readable_body_bytes < options.max_body_bytes) {
+    return base::Status::InvalidArgument("http: max_readable_body_bytes < max_body_bytes");
+  }
+  asio::ip::address address;
+  uint16_t port = 0;
+  TALLY_RETURN_IF_ERROR(ParseListen(options.listen, &address, &port));
+
+  auto impl = std::make_unique<Impl>();
+  Impl* self = impl.get();
+  self->options = options;
+  self->service = service;
+  self->io = std::make_unique<asio::io_context>(options.threads);
+  self->blocking_pool = std::make_unique<boost::asio::thread_pool>(options.blocking_threads);
+
+  using std::chrono::milliseconds;
+  restinio::server_settings_t<Traits> settings;
+  settings.address(address)
+      .protocol(address.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4())
+      .port(port)
+      .request_handler(
+          [self](restinio::request_handle_t req) { return self->OnRequest(std::move(req)); })
+      .read_next_http_message_timelimit(milliseconds(options.read_timeout_ms))
+      .write_http_response_timelimit(milliseconds(options.write_timeout_ms))
+      .handle_request_timeout(milliseconds(options.handle_timeout_ms))
+      .max_pipelined_requests(options.max_pipelined_requests)
+      .concurrent_accepts_count(static_cast<size_t>(options.threads))
+      .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}
+                                    .max_url_size(options.max_url_bytes)
+                                    .max_field_name_size(1024)
+                                    .max_field_value_size(options.max_header_bytes)
+                                    .max_field_count(options.max_header_count)
+                                    .max_body_size(options.max_readable_body_bytes))
+      .socket_options_setter(
+          [](restinio::socket_options_t& o) { o.set_option(asio::ip::tcp::no_delay(true)); })
+      .acceptor_post_bind_hook([self](asio::ip::tcp::acceptor& acceptor) {
+        self->port.store(acceptor.local_endpoint().port());
+      });
+
+  try {
+    self->server =
+        std::make_unique<Server>(restinio::external_io_context(*self->io), std::move(settings));
+    // Binding here, before any thread runs the io_context, makes a taken
+    // port an error of Start() rather than of a background thread.
+    self->server->open_sync();
+  } catch (const std::exception& e) {
+    self->server.reset();
+    self->blocking_pool->join();
+    return base::Status::Unavailable(
+        fmt::format("http: cannot listen on {}: {}", options.listen, e.what()));
+  }
+  for (int i = 0; i < options.threads; i++) {
+    self->threads.emplace_back([self] {
+      // Handlers do not throw (OnRequest is noexcept); RESTinio's own
+      // exceptions are caught per connection. Anything else is a bug.
+      try {
+        self->io->run();
+      } catch (const std::exception& e) {
+        TALLY_LOG_ERROR("http", "I/O thread stopped by an exception: {}", e.what());
+      }
+    });
+  }
+  TALLY_LOG_INFO("http", "serving on {}:{} with {} I/O threads", address.to_string(),
+                 self->port.load(), options.threads);
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() { impl_->StopNow(); }
+
+uint16_t HttpServer::bound_port() const { return impl_->port.load(); }
+
+}  // namespace tally::query

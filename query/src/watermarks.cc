@@ -1,0 +1,173 @@
+#include "query/watermarks.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "store/state_store.h"
+
+namespace tally::query {
+
+namespace {
+
+// Every failure of Compute() is "try again later" for an HTTP client.
+base::Status AsUnavailable(const base::Status& st, std::string_view context) {
+  return base::Status::Unavailable(fmt::format("watermarks: {}: {}", context, st.message()));
+}
+
+}  // namespace
+
+base::Result<WatermarkReport> BuildWatermarkReport(
+    const std::vector<std::string>& input_topics,
+    const std::map<schemas::SourceStream, int64_t>& committed,
+    const std::vector<store::Progress>& progress,
+    const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
+    const std::vector<base::PartitionOffsets>& deltas) {
+  if (input.size() != input_topics.size()) {
+    return base::Status::InvalidArgument(
+        fmt::format("{} input topics but watermarks for {}", input_topics.size(), input.size()));
+  }
+  if (deltas.size() != progress.size()) {
+    return base::Status::InvalidArgument(fmt::format("{} has {} partitions but the state has {}",
+                                                     deltas_topic, deltas.size(), progress.size()));
+  }
+  // The deltas partitions whose applier has not consumed everything yet:
+  // deltas routed (and committed by the router) may still be unapplied there.
+  std::vector<bool> deltas_lagging(progress.size());
+  for (size_t d = 0; d < progress.size(); d++) {
+    deltas_lagging[d] = progress[d].next_deltas_offset < deltas[d].high;
+  }
+
+  WatermarkReport report;
+  schemas::SourceStream stream;
+  for (size_t t = 0; t < input_topics.size(); t++) {
+    stream.topic = input_topics[t];
+    for (const base::PartitionOffsets& po : input[t]) {
+      stream.partition = po.partition;
+      auto c = committed.find(stream);
+      // Nothing committed yet: the router starts from the log start.
+      int64_t applied = (c != committed.end() && c->second >= 0) ? c->second : po.low;
+      int64_t event_time = 0;
+      for (size_t d = 0; d < progress.size(); d++) {
+        auto mark = progress[d].marks.find(stream);
+        const bool has_mark = mark != progress[d].marks.end();
+        if (has_mark) event_time = std::max(event_time, mark->second.ts);
+        if (deltas_lagging[d]) {
+          // Record mark.offset may be only partly applied here, and later
+          // records of this stream may wait in d's unconsumed deltas. With
+          // no mark, nothing of this stream is known to be visible in d.
+          applied = std::min(applied, has_mark ? mark->second.offset : po.low);
+        }
+      }
+      WatermarkRow row;
+      row.topic = stream.topic;
+      row.partition = po.partition;
+      row.applied_offset = applied;
+      row.end_offset = po.high;
+      row.lag = std::max<int64_t>(0, po.high - applied);
+      row.event_time_ms = event_time;
+      report.lag += row.lag;
+      report.rows.push_back(std::move(row));
+    }
+  }
+  for (size_t d = 0; d < progress.size(); d++) {
+    WatermarkRow row;
+    row.topic = deltas_topic;
+    row.partition = deltas[d].partition;
+    row.applied_offset = progress[d].next_deltas_offset;
+    row.end_offset = deltas[d].high;
+    row.lag = std::max<int64_t>(0, row.end_offset - row.applied_offset);
+    row.event_time_ms = progress[d].max_event_ts;
+    report.lag += row.lag;
+    report.rows.push_back(std::move(row));
+  }
+  return report;
+}
+
+base::Result<std::unique_ptr<WatermarkSource>> WatermarkSource::Create(
+    const WatermarkOptions& options, store::StateStore* store) {
+  if (store == nullptr) return base::Status::InvalidArgument("watermarks: no state store");
+  if (options.input_topics.empty())
+    return base::Status::InvalidArgument("watermarks: no input topics");
+  auto conf = base::MakeKafkaConf(options.kafka, {{"group.id", options.group_id},
+                                                  {"client.id", "tally-watermarks"},
+                                                  {"enable.auto.commit", "false"},
+                                                  {"enable.auto.offset.store", "false"},
+                                                  {"enable.partition.eof", "false"}});
+  if (!conf.ok()) return conf.status();
+  auto rk = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+  if (!rk.ok()) return rk.status();
+  return std::unique_ptr<WatermarkSource>(
+      new WatermarkSource(options, store, std::move(rk).value()));
+}
+
+WatermarkSource::WatermarkSource(WatermarkOptions options, store::StateStore* store,
+                                 base::KafkaHandle rk)
+    : options_(std::move(options)), store_(store), rk_(std::move(rk)) {}
+
+WatermarkSource::~WatermarkSource() = default;
+
+base::Result<WatermarkReport> WatermarkSource::Compute() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ComputeLocked();
+}
+
+base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
+  rd_kafka_t* rk = rk_.get();
+  const int timeout = options_.timeout_ms;
+
+  // (1) The router's committed offsets on every input partition. Must come
+  // before everything else: an offset is committed only once every delta
+  // of the records below it was acknowledged by tally.deltas.
+  std::map<schemas::SourceStream, int64_t> committed;
+  {
+    base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(64));
+    for (const std::string& topic : options_.input_topics) {
+      auto n = base::PartitionCount(rk, topic, timeout);
+      if (!n.ok()) return AsUnavailable(n.status(), fmt::format("partitions of {}", topic));
+      for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
+    }
+    base::Status st =
+        base::KafkaStatus(rd_kafka_committed(rk, list.get(), timeout),
+                          fmt::format("committed offsets of group {}", options_.group_id));
+    if (!st.ok()) return AsUnavailable(st, "router progress");
+    for (int i = 0; i < list->cnt; i++) {
+      const rd_kafka_topic_partition_t& e = list->elems[i];
+      if (e.err) {
+        return AsUnavailable(base::KafkaStatus(e.err, fmt::format("{}/{}", e.topic, e.partition)),
+                             "committed offset");
+      }
+      committed[schemas::SourceStream{e.topic, e.partition}] = e.offset;  // < 0: none
+    }
+  }
+
+  // (2) What the appliers made visible. A read-only store first catches up
+  // with its writer, so that what it reports is what its readers see.
+  base::Status st = store_->CatchUp();
+  if (!st.ok()) return AsUnavailable(st, "catching up with the state's writer");
+  auto progress = store_->LoadAllProgress();
+  if (!progress.ok()) return AsUnavailable(progress.status(), "loading applied progress");
+
+  // (3) The ends of the input topics.
+  std::vector<std::vector<base::PartitionOffsets>> input;
+  input.reserve(options_.input_topics.size());
+  for (const std::string& topic : options_.input_topics) {
+    auto w = base::QueryWatermarks(rk, topic, timeout);
+    if (!w.ok()) return AsUnavailable(w.status(), fmt::format("end offsets of {}", topic));
+    input.push_back(std::move(w).value());
+  }
+
+  // (4) The ends of tally.deltas.
+  auto deltas = base::QueryWatermarks(rk, options_.deltas_topic, timeout);
+  if (!deltas.ok()) {
+    return AsUnavailable(deltas.status(), fmt::format("end offsets of {}", options_.deltas_topic));
+  }
+
+  auto report = BuildWatermarkReport(options_.input_topics, committed, *progress, input,
+                                     options_.deltas_topic, *deltas);
+  if (!report.ok()) return AsUnavailable(report.status(), "inconsistent layout");
+  return report;
+}
+
+}  // namespace tally::query

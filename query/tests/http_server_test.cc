@@ -1,0 +1,293 @@
+#include "query/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "query/query_service.h"
+#include "store/state_store.h"
+#include "test_state.h"
+
+namespace tally::query {
+namespace {
+
+constexpr char kPost7[] = R"({"post_id":7,"like":3,"repost":2,"comment":1,"view":10})";
+
+struct HttpResponse {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+  std::string Header(const std::string& name) const {
+    std::string needle = "\r\n" + name + ": ";
+    size_t p = head.find(needle);
+    if (p == std::string::npos) return "";
+    p += needle.size();
+    return head.substr(p, head.find("\r\n", p) - p);
+  }
+};
+
+// A blocking HTTP/1.1 client over one TCP connection, enough to test the
+// server byte by byte: raw writes, pipelining, responses parsed by
+// Content-Length.
+class Client {
+ public:
+  explicit Client(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~Client() { ::close(fd_); }
+  bool connected() const { return connected_; }
+
+  bool Send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads one response; status 0 if the connection closed or timed out first.
+  HttpResponse Read(int timeout_ms = 10000) {
+    HttpResponse r;
+    size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill(timeout_ms)) return r;
+    }
+    r.head = buf_.substr(0, end + 2);
+    buf_.erase(0, end + 4);
+    r.status = std::atoi(r.head.c_str() + 9);
+    size_t len = std::stoul("0" + r.Header("Content-Length"));
+    while (buf_.size() < len) {
+      if (!Fill(timeout_ms)) return HttpResponse{};
+    }
+    r.body = buf_.substr(0, len);
+    buf_.erase(0, len);
+    return r;
+  }
+
+  HttpResponse Get(const std::string& target) {
+    Send("GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n");
+    return Read();
+  }
+
+  // True if the server closes the connection (EOF or reset) within the timeout.
+  bool ClosedByPeer(int timeout_ms = 5000) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char tmp[4096];
+      ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  bool Fill(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char tmp[65536];
+    ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buf_;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    testing::FillTestState(store_.get());
+    QueryServiceOptions o;
+    o.store = store_.get();
+    service_ = std::make_unique<QueryService>(std::move(o));
+    ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    auto server = HttpServer::Start(so, service_.get());
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    ASSERT_NE(server_->bound_port(), 0);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<store::StateStore> store_;
+  std::unique_ptr<QueryService> service_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, AnswersWithJsonAndStandardHeaders) {
+  Client c(server_->bound_port());
+  ASSERT_TRUE(c.connected());
+  HttpResponse r = c.Get("/v1/posts/7/counts");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.head;
+  EXPECT_EQ(r.body, kPost7);
+  EXPECT_EQ(r.Header("Content-Type"), "application/json");
+  EXPECT_EQ(r.Header("Content-Length"), std::to_string(r.body.size()));
+  EXPECT_EQ(r.Header("Date").size(), 29u) << r.Header("Date");  // "Sun, 06 Nov 1994 08:49:37 GMT"
+}
+
+TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  Client c(server_->bound_port());
+  for (int i = 0; i < 50; i++) {
+    HttpResponse r = c.Get(i % 2 ? "/v1/posts/7/counts" : "/v1/users/42/counts");
+    ASSERT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.body, i % 2 ? kPost7 : R"({"user_id":42,"posts":5,"followers":2,"following":1})");
+  }
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  Client c(server_->bound_port());
+  std::string batch;
+  const std::vector<std::string> targets = {"/v1/posts/7/counts", "/nope",
+                                            "/v1/posts/8/counts", "/v1/posts/abc/counts",
+                                            "/healthz",           "/v1/posts/7/likes/42"};
+  for (const auto& t : targets) batch += "GET " + t + " HTTP/1.1\r\nHost: test\r\n\r\n";
+  ASSERT_TRUE(c.Send(batch));
+  std::vector<int> statuses;
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < targets.size(); i++) {
+    HttpResponse r = c.Read();
+    statuses.push_back(r.status);
+    bodies.push_back(r.body);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 404, 200, 400, 200, 200}));
+  EXPECT_EQ(bodies[0], kPost7);
+  EXPECT_EQ(bodies[2], R"({"post_id":8,"like":0,"repost":0,"comment":0,"view":0})");
+  EXPECT_EQ(bodies[4], R"({"ok":true})");
+  EXPECT_EQ(bodies[5], R"({"liked":true})");
+}
+
+TEST_F(HttpServerTest, MethodNotAllowedCarriesAllow) {
+  Client c(server_->bound_port());
+  c.Send("DELETE /v1/posts/7/counts HTTP/1.1\r\nHost: test\r\n\r\n");
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.Header("Allow"), "GET");
+  EXPECT_EQ(r.head.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0), 0u);
+  // The connection stays usable.
+  EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
+}
+
+TEST_F(HttpServerTest, GarbageConnectionIsClosedAndOthersAreUnaffected) {
+  Client good(server_->bound_port());
+  EXPECT_EQ(good.Get("/v1/posts/7/counts").status, 200);
+  Client bad(server_->bound_port());
+  static constexpr char kTlsHello[] =
+      "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 garbage\r\n\r\n";
+  bad.Send(std::string_view(kTlsHello, sizeof(kTlsHello) - 1));
+  EXPECT_TRUE(bad.ClosedByPeer());
+  EXPECT_EQ(good.Get("/v1/posts/7/counts").body, kPost7);
+}
+
+TEST_F(HttpServerTest, BodyOverOneMebibyteIs413AndTheConnectionSurvives) {
+  Client c(server_->bound_port());
+  std::string body((1 << 20) + 1, ' ');
+  c.Send(
+      "POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n");
+  c.Send(body);
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(r.body.rfind("{\"error\":{\"code\":\"payload_too_large\",", 0), 0u) << r.body;
+  EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
+}
+
+TEST_F(HttpServerTest, HugeAnnouncedBodyClosesTheConnectionUnread) {
+  Client c(server_->bound_port());
+  c.Send("POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Length: 104857600\r\n\r\n");
+  EXPECT_TRUE(c.ClosedByPeer());
+}
+
+TEST_F(HttpServerTest, ConnectionCloseIsHonoured) {
+  Client c(server_->bound_port());
+  c.Send("GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(c.ClosedByPeer());
+}
+
+TEST_F(HttpServerTest, Http10WithoutKeepAliveIsClosedAfterTheAnswer) {
+  Client c(server_->bound_port());
+  c.Send("GET /healthz HTTP/1.0\r\n\r\n");
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(c.ClosedByPeer());
+}
+
+TEST_F(HttpServerTest, TakenPortIsAClearError) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:" + std::to_string(server_->bound_port());
+  auto second = HttpServer::Start(so, service_.get());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), base::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(so.listen), std::string::npos)
+      << second.status().ToString();
+}
+
+TEST_F(HttpServerTest, BadListenAddressesAreRejected) {
+  for (const char* listen :
+       {"8080", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:80a", "no.such.host:80"}) {
+    ServerOptions so;
+    so.listen = listen;
+    auto s = HttpServer::Start(so, service_.get());
+    ASSERT_FALSE(s.ok()) << listen;
+    EXPECT_EQ(s.status().code(), base::StatusCode::kInvalidArgument) << listen;
+  }
+}
+
+TEST_F(HttpServerTest, ConcurrentClientsAllGetTheirAnswers) {
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; t++) {
+    threads.emplace_back([&] {
+      Client c(server_->bound_port());
+      for (int i = 0; i < 200; i++) {
+        if (c.Get("/v1/posts/counts?ids=7,8").status == 200) ok++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 8 * 200);
+}
+
+TEST_F(HttpServerTest, StopIsIdempotentAndClosesIdleConnections) {
+  Client idle(server_->bound_port());
+  EXPECT_EQ(idle.Get("/healthz").status, 200);
+  auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(idle.ClosedByPeer());
+  server_->Stop();
+  Client late(server_->bound_port());
+  EXPECT_FALSE(late.connected());
+}
+
+}  // namespace
+}  // namespace tally::query

@@ -1,0 +1,78 @@
+// A small state for query/ tests, written the way the applier writes it
+// (store::PartitionBatch, one commit per partition touched).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "schemas/delta.h"
+#include "store/state_store.h"
+
+namespace tally::query::testing {
+
+// A directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("tally-query-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() +
+             "-" + info->name());
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline constexpr uint32_t kTestPartitions = 4;
+
+inline store::StoreOptions TestStoreOptions(const std::string& dir) {
+  store::StoreOptions o;
+  o.dir = dir;
+  o.partitions = kTestPartitions;
+  o.block_cache_bytes = 8 << 20;
+  return o;
+}
+
+// Commits one batch to the partition owning `entity`.
+template <typename Fn>
+void CommitTo(store::StateStore* s, uint64_t entity, Fn&& fill) {
+  store::PartitionBatch b;
+  fill(&b);
+  uint32_t p = schemas::PartitionOf(entity, s->partitions());
+  base::Status st = s->partition(p)->Commit(&b);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+// Post 7: like 3, repost 2, comment 1, view 10. Post 2^63-1: like 1.
+// User 42: posts 5, followers 2, following 1; unread mention..follower = 1..6.
+// User 42 likes post 7.
+inline void FillTestState(store::StateStore* s) {
+  using store::CounterOp;
+  CommitTo(s, 7, [](store::PartitionBatch* b) {
+    CounterOp ops[4] = {CounterOp::Add(3), CounterOp::Add(2), CounterOp::Add(1),
+                        CounterOp::Add(10)};
+    b->MergePostCounters(7, ops);
+    b->PutLike(7, 42);
+  });
+  CommitTo(s, 9223372036854775807ULL, [](store::PartitionBatch* b) {
+    CounterOp ops[4] = {CounterOp::Add(1), {}, {}, {}};
+    b->MergePostCounters(9223372036854775807ULL, ops);
+  });
+  CommitTo(s, 42, [](store::PartitionBatch* b) {
+    CounterOp user[3] = {CounterOp::Add(5), CounterOp::Add(2), CounterOp::Add(1)};
+    b->MergeUserCounters(42, user);
+    CounterOp unread[6] = {CounterOp::Add(1), CounterOp::Add(2), CounterOp::Add(3),
+                           CounterOp::Add(4), CounterOp::Add(5), CounterOp::Add(6)};
+    b->MergeUnreadCounters(42, unread);
+  });
+}
+
+}  // namespace tally::query::testing

@@ -1,0 +1,240 @@
+#include "query/watermarks.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mock_kafka.h"
+#include "query/query_service.h"
+#include "store/state_store.h"
+#include "test_state.h"
+
+namespace tally::query {
+namespace {
+
+using base::PartitionOffsets;
+using schemas::SourceStream;
+using store::Progress;
+using store::SourceMark;
+
+std::string Row(const WatermarkRow& r) {
+  return r.topic + "/" + std::to_string(r.partition) +
+         " applied=" + std::to_string(r.applied_offset) + " end=" + std::to_string(r.end_offset) +
+         " lag=" + std::to_string(r.lag) + " ts=" + std::to_string(r.event_time_ms);
+}
+
+std::vector<std::string> Rows(const WatermarkReport& report) {
+  std::vector<std::string> out;
+  for (const auto& r : report.rows) out.push_back(Row(r));
+  return out;
+}
+
+// Two input partitions (low 0/1, high 5/3) and two deltas partitions.
+class BuildWatermarkReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    input_ = {{PartitionOffsets{0, 0, 5}, PartitionOffsets{1, 1, 3}}};
+    deltas_ = {PartitionOffsets{0, 0, 4}, PartitionOffsets{1, 0, 6}};
+    progress_.resize(2);
+    progress_[0].next_deltas_offset = 4;
+    progress_[0].max_event_ts = 100;
+    progress_[0].marks[{"tally.events", 0}] = SourceMark{4, 0, 90};
+    progress_[1].next_deltas_offset = 6;
+    progress_[1].max_event_ts = 200;
+    progress_[1].marks[{"tally.events", 0}] = SourceMark{3, 1, 80};
+    progress_[1].marks[{"tally.events", 1}] = SourceMark{2, 0, 200};
+    committed_[{"tally.events", 0}] = 5;
+    committed_[{"tally.events", 1}] = 3;
+  }
+
+  WatermarkReport Build() {
+    auto r = BuildWatermarkReport({"tally.events"}, committed_, progress_, input_, "tally.deltas",
+                                  deltas_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : WatermarkReport{};
+  }
+
+  std::map<SourceStream, int64_t> committed_;
+  std::vector<Progress> progress_;
+  std::vector<std::vector<PartitionOffsets>> input_;
+  std::vector<PartitionOffsets> deltas_;
+};
+
+TEST_F(BuildWatermarkReportTest, CaughtUpPipelineHasLagZero) {
+  WatermarkReport r = Build();
+  EXPECT_EQ(Rows(r), (std::vector<std::string>{
+                         "tally.events/0 applied=5 end=5 lag=0 ts=90",
+                         "tally.events/1 applied=3 end=3 lag=0 ts=200",
+                         "tally.deltas/0 applied=4 end=4 lag=0 ts=100",
+                         "tally.deltas/1 applied=6 end=6 lag=0 ts=200",
+                     }));
+  EXPECT_EQ(r.lag, 0);
+}
+
+TEST_F(BuildWatermarkReportTest, RouterBehindShowsInputLag) {
+  committed_[{"tally.events", 0}] = 2;
+  WatermarkReport r = Build();
+  EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=2 end=5 lag=3 ts=90");
+  EXPECT_EQ(r.lag, 3);
+}
+
+TEST_F(BuildWatermarkReportTest, NothingCommittedStartsAtTheLowWatermark) {
+  committed_.clear();
+  WatermarkReport r = Build();
+  EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=90");
+  EXPECT_EQ(Row(r.rows[1]), "tally.events/1 applied=1 end=3 lag=2 ts=200");
+  committed_[{"tally.events", 0}] = RD_KAFKA_OFFSET_INVALID;
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=90");
+}
+
+TEST_F(BuildWatermarkReportTest, LaggingDeltasLowerInputRowsToTheirMarks) {
+  progress_[1].next_deltas_offset = 5;  // one delta of partition 1 not applied
+  WatermarkReport r = Build();
+  EXPECT_EQ(Rows(r), (std::vector<std::string>{
+                         "tally.events/0 applied=3 end=5 lag=2 ts=90",
+                         "tally.events/1 applied=2 end=3 lag=1 ts=200",
+                         "tally.deltas/0 applied=4 end=4 lag=0 ts=100",
+                         "tally.deltas/1 applied=5 end=6 lag=1 ts=200",
+                     }));
+  EXPECT_EQ(r.lag, 4);
+}
+
+TEST_F(BuildWatermarkReportTest, LaggingDeltasWithoutAMarkFallBackToTheLowWatermark) {
+  progress_[0].next_deltas_offset = 3;  // partition 0 has no mark for tally.events/1
+  WatermarkReport r = Build();
+  EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
+  EXPECT_EQ(Row(r.rows[1]), "tally.events/1 applied=1 end=3 lag=2 ts=200");
+  EXPECT_EQ(r.lag, 1 + 2 + 1);
+}
+
+TEST_F(BuildWatermarkReportTest, MismatchedPartitionCountsAreRejected) {
+  deltas_.pop_back();
+  auto r = BuildWatermarkReport({"tally.events"}, committed_, progress_, input_, "tally.deltas",
+                                deltas_);
+  EXPECT_EQ(r.status().code(), base::StatusCode::kInvalidArgument);
+}
+
+// Against a broker: the router's committed offsets and the topics' ends come
+// from Kafka, progress from a real store.
+class WatermarkSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kafka_.CreateTopic("tally.events", 2);
+    kafka_.CreateTopic("tally.deltas", testing::kTestPartitions);
+    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+
+    WatermarkOptions o;
+    o.kafka.brokers = kafka_.brokers();
+    o.kafka.embedded = true;
+    o.kafka.overrides = {{"log_level", "0"}};
+    auto w = WatermarkSource::Create(o, store_.get());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    source_ = std::move(w).value();
+  }
+
+  void SetProgress(uint32_t partition, int64_t next, int64_t max_ts,
+                   std::map<SourceStream, SourceMark> marks) {
+    store::PartitionBatch b;
+    Progress p;
+    p.next_deltas_offset = next;
+    p.max_event_ts = max_ts;
+    p.marks = std::move(marks);
+    b.SetProgress(p);
+    ASSERT_TRUE(store_->partition(partition)->Commit(&b).ok());
+  }
+
+  testing::TempDir dir_;
+  testing::MockKafka kafka_;
+  std::unique_ptr<store::StateStore> store_;
+  std::unique_ptr<WatermarkSource> source_;
+};
+
+TEST_F(WatermarkSourceTest, ReportsLagUntilEverythingIsAppliedAndServesExactJson) {
+  kafka_.Produce("tally.events", 0, 5);
+  kafka_.Produce("tally.events", 1, 3);
+  kafka_.Produce("tally.deltas", 0, 2);
+  kafka_.Produce("tally.deltas", 2, 1);
+
+  // Nothing routed or applied yet.
+  auto r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lag, 5 + 3 + 2 + 1);
+
+  // Routed and applied.
+  kafka_.Commit("tally", {{{"tally.events", 0}, 5}, {{"tally.events", 1}, 3}});
+  SetProgress(0, 2, 111, {{{"tally.events", 0}, SourceMark{4, 0, 111}}});
+  SetProgress(2, 1, 222, {{{"tally.events", 1}, SourceMark{2, 0, 222}}});
+  r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lag, 0);
+
+  QueryServiceOptions so;
+  so.store = store_.get();
+  so.watermarks = source_.get();
+  QueryService service(std::move(so));
+  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false});
+  EXPECT_EQ(resp.status, 200);
+  EXPECT_EQ(
+      resp.body,
+      R"({"partitions":[)"
+      R"({"topic":"tally.events","partition":0,"applied_offset":5,"end_offset":5,"lag":0,"event_time_ms":111},)"
+      R"({"topic":"tally.events","partition":1,"applied_offset":3,"end_offset":3,"lag":0,"event_time_ms":222},)"
+      R"({"topic":"tally.deltas","partition":0,"applied_offset":2,"end_offset":2,"lag":0,"event_time_ms":111},)"
+      R"({"topic":"tally.deltas","partition":1,"applied_offset":0,"end_offset":0,"lag":0,"event_time_ms":0},)"
+      R"({"topic":"tally.deltas","partition":2,"applied_offset":1,"end_offset":1,"lag":0,"event_time_ms":222},)"
+      R"({"topic":"tally.deltas","partition":3,"applied_offset":0,"end_offset":0,"lag":0,"event_time_ms":0}],)"
+      R"("lag":0})");
+
+  // A delta routed but not applied: every input row without a mark in that
+  // deltas partition falls back to its low watermark.
+  kafka_.Produce("tally.deltas", 3, 1);
+  r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=111");
+  EXPECT_EQ(Row(r->rows[1]), "tally.events/1 applied=0 end=3 lag=3 ts=222");
+  EXPECT_EQ(Row(r->rows[5]), "tally.deltas/3 applied=0 end=1 lag=1 ts=0");
+  EXPECT_EQ(r->lag, 9);
+}
+
+TEST_F(WatermarkSourceTest, UnreachableBrokerIsUnavailable) {
+  WatermarkOptions o;
+  o.kafka.brokers = "127.0.0.1:1";  // nothing listens there
+  o.kafka.overrides = {{"log_level", "0"}};
+  o.timeout_ms = 500;
+  auto w = WatermarkSource::Create(o, store_.get());
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto r = (*w)->Compute();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), base::StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("tally.events"), std::string::npos) << r.status().ToString();
+
+  QueryServiceOptions so;
+  so.store = store_.get();
+  so.watermarks = w->get();
+  QueryService service(std::move(so));
+  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false});
+  EXPECT_EQ(resp.status, 503);
+  EXPECT_EQ(resp.body.rfind(R"({"error":{"code":"unavailable","message":"watermarks: )", 0), 0u)
+      << resp.body;
+}
+
+TEST(WatermarkSourceCreateTest, RejectsBadSettings) {
+  WatermarkOptions o;
+  o.kafka.brokers = "127.0.0.1:1";
+  o.kafka.overrides = {{"no.such.setting", "1"}};
+  testing::TempDir dir;
+  auto s = store::StateStore::Open(testing::TestStoreOptions(dir.path()));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(WatermarkSource::Create(o, s->get()).status().code(),
+            base::StatusCode::kInvalidArgument);
+  o.kafka.overrides.clear();
+  EXPECT_EQ(WatermarkSource::Create(o, nullptr).status().code(),
+            base::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tally::query
