@@ -388,10 +388,12 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
       }
       return JsonResponse(200, *liked ? "{\"liked\":true}" : "{\"liked\":false}");
     }
-    case kPostView:
-      // TODO(query): answer {"viewed":bool} from StateStore::MaybeViewed()
-      // in the change that adds the membership-filter endpoints.
-      return ProtocolError(501, "GET /v1/posts/{id}/views/{user_id} is not implemented yet");
+    case kPostView: {
+      MaybeCatchUp();
+      auto viewed = store->MaybeViewed(id1, id2);
+      if (!viewed.ok()) return ErrorResponse(viewed.status().WithContext(fmt::format("post {}", id1)));
+      return JsonResponse(200, *viewed ? "{\"viewed\":true}" : "{\"viewed\":false}");
+    }
     case kUserCounts: {
       MaybeCatchUp();
       auto c = store->GetUserCounts(id1);
@@ -406,27 +408,44 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
     }
     case kUserUnread: {
       MaybeCatchUp();
-      auto u = store->GetUnreadCounters(id1);
+      auto u = store->GetUnread(id1);
       if (!u.ok()) return ErrorResponse(u.status().WithContext(fmt::format("user {}", id1)));
-      const int64_t* c = u->counts;
+      const int64_t* c = u->counters.counts;
       std::string body;
-      body.reserve(160);
-      // TODO(query): "notice", "feed" and "red_dots" are placeholders (0, 0,
-      // {}) for now; the change that adds those unread shapes (SPEC section
-      // 3) answers this endpoint from StateStore::GetUnread() instead.
+      body.reserve(200 + u->red_dots.size() * 24);
       fmt::format_to(std::back_inserter(body),
                      FMT_COMPILE("{{\"user_id\":{},\"mention\":{},\"comment\":{},\"like\":{},"
-                                 "\"repost\":{},\"dm\":{},\"follower\":{},\"notice\":0,\"feed\":0,"
-                                 "\"red_dots\":{{}}}}"),
-                     id1, c[0], c[1], c[2], c[3], c[4], c[5]);
+                                 "\"repost\":{},\"dm\":{},\"follower\":{},\"notice\":{},\"feed\":{},"
+                                 "\"red_dots\":{{"),
+                     id1, c[0], c[1], c[2], c[3], c[4], c[5], u->notice, u->feed);
+      bool first = true;
+      for (const auto& [channel, shows] : u->red_dots) {
+        if (!first) body.push_back(',');
+        first = false;
+        AppendJsonString(&body, channel);
+        body.append(shows ? ":true" : ":false");
+      }
+      body.append("}}");
       return JsonResponse(200, std::move(body));
     }
     case kUnreadReset:
-      return HandleReset(id1, m.kind);
-    case kFeedSnapshot:
-      // TODO(query): render StateStore::GetFeedSnapshot() in the change that
-      // adds the feed unread shape.
-      return ProtocolError(501, "GET /v1/users/{id}/feed/snapshot is not implemented yet");
+      return HandleReset(id1, m.kind, m.query);
+    case kFeedSnapshot: {
+      MaybeCatchUp();
+      auto snap = store->GetFeedSnapshot(id1);
+      if (!snap.ok()) return ErrorResponse(snap.status().WithContext(fmt::format("user {}", id1)));
+      std::string body;
+      body.reserve(64 + snap->followees.size() * 24);
+      fmt::format_to(std::back_inserter(body), FMT_COMPILE("{{\"user_id\":{},\"taken_ts\":{},\"followees\":{{"),
+                     id1, snap->taken_ts);
+      bool first = true;
+      for (const auto& [followee, posts] : snap->followees) {
+        fmt::format_to(std::back_inserter(body), FMT_COMPILE("{}\"{}\":{}"), first ? "" : ",", followee, posts);
+        first = false;
+      }
+      body.append("}}");
+      return JsonResponse(200, std::move(body));
+    }
     default:
       return ProtocolError(500, "unrouted request", "internal");
   }
@@ -490,7 +509,7 @@ Response QueryService::HandleEvents(const Request& request) {
   return JsonResponse(202, fmt::format(FMT_COMPILE("{{\"accepted\":{}}}"), records.size()));
 }
 
-Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text) {
+Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text, std::string_view query) {
   schemas::UnreadKind kind;
   if (!schemas::ParseUnreadKind(kind_text, &kind)) {
     std::string msg = fmt::format(
@@ -498,13 +517,6 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text)
         "feed",
         Clip(kind_text));
     return ErrorResponse(base::Status::InvalidArgument(std::move(msg)), "bad_kind");
-  }
-  if (static_cast<int>(kind) >= schemas::kUnreadCounterKinds) {
-    // TODO(query): in the change that adds these shapes (SPEC section 3):
-    // notice fills in StateStore::NewestNoticeId(), red_dot takes ?channel=,
-    // feed carries StateStore::CurrentFolloweePosts() as its snapshot.
-    return ProtocolError(501, fmt::format("resetting unread {} is not implemented yet",
-                                          schemas::UnreadKindName(kind)));
   }
   if (options_.publisher == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: this server cannot publish resets");
@@ -514,9 +526,57 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text)
   event.ts = base::WallMs();
   event.user_id = user_id;
   event.read_kind = kind;
+  switch (kind) {
+    case schemas::UnreadKind::kNotice: {
+      // The reset marks everything up to the newest notice as read.
+      MaybeCatchUp();
+      auto newest = options_.store->NewestNoticeId();
+      if (!newest.ok()) return ErrorResponse(newest.status());
+      if (*newest == 0) {
+        // No notice exists: nothing to mark read, and a user with no
+        // last-read id already reads 0.
+        return JsonResponse(202, "{\"accepted\":true}");
+      }
+      event.notice_id = *newest;
+      break;
+    }
+    case schemas::UnreadKind::kRedDot: {
+      bool found = false;
+      base::Status st = FindQueryParam(query, "channel", &found, &event.channel);
+      if (!st.ok()) return ErrorResponse(st, "bad_request");
+      if (!found || event.channel.empty()) {
+        return ErrorResponse(base::Status::InvalidArgument("a red_dot reset needs ?channel="), "bad_request");
+      }
+      break;
+    }
+    case schemas::UnreadKind::kFeed: {
+      // The snapshot: the current post counts of everyone the user follows.
+      MaybeCatchUp();
+      auto now = options_.store->CurrentFolloweePosts(user_id);
+      if (!now.ok()) return ErrorResponse(now.status().WithContext(fmt::format("user {}", user_id)));
+      if (now->size() > schemas::kMaxSnapshotEntries) {
+        return ErrorResponse(base::Status::InvalidArgument(fmt::format(
+                                 "user {} follows {} accounts; a feed snapshot holds at most {}", user_id,
+                                 now->size(), schemas::kMaxSnapshotEntries)),
+                             "bad_request");
+      }
+      event.snapshot = std::move(now).value();
+      break;
+    }
+    default:
+      break;
+  }
+  // What tally publishes must pass the same validation as anyone's events.
+  std::string json = schemas::EventToJson(event);
+  {
+    schemas::EventParser parser;
+    schemas::Event check;
+    base::Status st = parser.Parse(json, &check);
+    if (!st.ok()) return ErrorResponse(st, "bad_request");
+  }
   // Keyed by the user, as SPEC section 2 says tally's own resets are, so a
   // reset stays in order with the user's other keyed events.
-  ingest::PublishRecord record{fmt::format_int(user_id).str(), schemas::EventToJson(event)};
+  ingest::PublishRecord record{fmt::format_int(user_id).str(), std::move(json)};
   base::Status st = options_.publisher->Publish(std::span<const ingest::PublishRecord>(&record, 1));
   if (!st.ok()) {
     return ErrorResponse(st.WithContext(

@@ -202,17 +202,59 @@ TEST_F(QueryServiceTest, WrongMethodIs405WithAllow) {
   }
 }
 
-TEST_F(QueryServiceTest, NotYetImplementedEndpointsAnswer501) {
-  for (const char* target : {"/v1/posts/7/views/42", "/v1/users/42/feed/snapshot"}) {
-    Response r = service_->Handle(Get(target));
-    EXPECT_EQ(r.status, 501) << target;
-    EXPECT_EQ(ErrorCode(r), "not_implemented");
-  }
-  for (const char* kind : {"notice", "red_dot", "feed"}) {
-    Response r = service_->Handle(Post(std::string("/v1/users/42/unread/") + kind + "/reset"));
-    EXPECT_EQ(r.status, 501) << kind;
-    EXPECT_EQ(ErrorCode(r), "not_implemented");
-  }
+// Notices, red dots, feed snapshots and "viewed", as the applier stores them.
+void FillUnreadShapes(store::StateStore* s) {
+  using store::CounterOp;
+  using testing::CommitTo;
+  CommitTo(s, schemas::kGlobalEntity, [](store::PartitionBatch* b) {
+    b->PutNotice(10, 1, "maintenance");
+    b->PutNotice(20, 2, "new \"terms\"");
+    b->MaxRedDot("discover", 100);
+    b->MaxRedDot("games", 50);
+  });
+  CommitTo(s, 42, [](store::PartitionBatch* b) {
+    b->SetNoticeRead(42, 10, 5);
+    b->MaxUserRedDot(42, "games", 60);
+    b->PutFollow(42, 43);
+    b->PutFollow(42, 44);
+    std::pair<uint64_t, uint64_t> snap[] = {{43, 1}, {45, 2}};
+    b->PutFeedSnapshot(42, 777, snap, 2);
+  });
+  CommitTo(s, 43, [](store::PartitionBatch* b) {
+    CounterOp user[3] = {CounterOp::Add(4), {}, {}};
+    b->MergeUserCounters(43, user);
+  });
+  CommitTo(s, 7, [s](store::PartitionBatch* b) {
+    store::ViewedTables t(s->options().viewed);
+    store::ViewProbe probe;
+    std::vector<uint32_t> dropped;
+    t.Insert(7, 42, &probe, &dropped);
+    b->SetViewBits(probe.table_id, probe.chunk, std::vector<uint16_t>(probe.bits, probe.bits + probe.nbits));
+    b->PutViewedTables(t);
+  });
+}
+
+TEST_F(QueryServiceTest, UnreadShapesHaveTheContractShape) {
+  FillUnreadShapes(store_.get());
+  // notice: one newer than the last read (10); feed: followee 43 in both the
+  // snapshot and the follow set, 4 posts now vs 1 then; 44 is not in the
+  // snapshot and 45 is no longer followed. games was clicked after its dot.
+  EXPECT_EQ(Ok("/v1/users/42/unread"),
+            R"({"user_id":42,"mention":1,"comment":2,"like":3,"repost":4,"dm":5,"follower":6,)"
+            R"("notice":1,"feed":3,"red_dots":{"discover":true,"games":false}})");
+  // A new user: no last-read notice id (0), no snapshot (0), every dot shows.
+  EXPECT_EQ(Ok("/v1/users/5/unread"),
+            R"({"user_id":5,"mention":0,"comment":0,"like":0,"repost":0,"dm":0,"follower":0,)"
+            R"("notice":0,"feed":0,"red_dots":{"discover":true,"games":true}})");
+}
+
+TEST_F(QueryServiceTest, FeedSnapshotAndViewsHaveTheContractShape) {
+  FillUnreadShapes(store_.get());
+  EXPECT_EQ(Ok("/v1/users/42/feed/snapshot"), R"({"user_id":42,"taken_ts":777,"followees":{"43":1,"45":2}})");
+  EXPECT_EQ(Ok("/v1/users/5/feed/snapshot"), R"({"user_id":5,"taken_ts":0,"followees":{}})");
+  EXPECT_EQ(Ok("/v1/posts/7/views/42"), R"({"viewed":true})");
+  EXPECT_EQ(Ok("/v1/posts/7/views/43"), R"({"viewed":false})");
+  EXPECT_EQ(Ok("/v1/posts/1000/views/42"), R"({"viewed":false})");
 }
 
 TEST_F(QueryServiceTest, WritesWithoutBrokersAre503) {
@@ -449,6 +491,48 @@ TEST_F(QueryServicePublishTest, ResetPublishesAReadEventKeyedByUser) {
   EXPECT_EQ(e.read_kind, schemas::UnreadKind::kComment);
   EXPECT_GE(e.ts, before);
   EXPECT_LE(e.ts, base::WallMs());
+}
+
+TEST_F(QueryServicePublishTest, ResetsOfEveryShapeCarryWhatTheyReset) {
+  FillUnreadShapes(store_.get());
+  EXPECT_EQ(service_->Handle(Post("/v1/users/42/unread/notice/reset")).status, 202);
+  EXPECT_EQ(service_->Handle(Post("/v1/users/42/unread/red_dot/reset?channel=games")).status, 202);
+  EXPECT_EQ(service_->Handle(Post("/v1/users/42/unread/feed/reset")).status, 202);
+  Response r = service_->Handle(Post("/v1/users/42/unread/red_dot/reset"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(ErrorCode(r), "bad_request");
+  r = service_->Handle(Post("/v1/users/42/unread/red_dot/reset?channel=Not%20Valid"));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(ErrorCode(r), "bad_request");
+
+  auto records = kafka_.ReadAll("tally.events", 2);
+  ASSERT_EQ(records.size(), 3u);
+  schemas::EventParser parser;
+  int seen = 0;
+  for (const auto& rec : records) {
+    EXPECT_EQ(rec.key, "42");
+    schemas::Event e;
+    ASSERT_TRUE(parser.Parse(rec.value, &e).ok()) << rec.value;
+    ASSERT_EQ(e.type, schemas::EventType::kRead);
+    switch (e.read_kind) {
+      case schemas::UnreadKind::kNotice:
+        EXPECT_EQ(e.notice_id, 20u) << "the newest notice";
+        seen |= 1;
+        break;
+      case schemas::UnreadKind::kRedDot:
+        EXPECT_EQ(e.channel, "games");
+        seen |= 2;
+        break;
+      case schemas::UnreadKind::kFeed:
+        // The current post counts of the current followees.
+        EXPECT_EQ(e.snapshot, (std::vector<std::pair<uint64_t, uint64_t>>{{43, 4}, {44, 0}}));
+        seen |= 4;
+        break;
+      default:
+        ADD_FAILURE() << rec.value;
+    }
+  }
+  EXPECT_EQ(seen, 7);
 }
 
 }  // namespace

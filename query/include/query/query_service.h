@@ -117,7 +117,7 @@ class QueryService {
   struct Route;
   Response Dispatch(const Request& request, int* route_id);
   Response HandleEvents(const Request& request);
-  Response HandleReset(uint64_t user_id, std::string_view kind);
+  Response HandleReset(uint64_t user_id, std::string_view kind, std::string_view query);
   Response HandlePostCountsBatch(std::string_view query);
   Response HandleWatermarks();
   void MaybeCatchUp();
