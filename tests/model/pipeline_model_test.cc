@@ -10,6 +10,7 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -43,6 +44,45 @@ struct Model {
   std::map<uint64_t, std::array<int64_t, 3>> users;   // posts, followers, following
   std::map<uint64_t, std::array<int64_t, 6>> unread;  // mention..follower
   std::set<std::pair<uint64_t, uint64_t>> likes, follows;
+  std::vector<uint64_t> notices;                          // ascending ids
+  std::map<uint64_t, uint64_t> notice_read;               // user -> last-read id
+  std::map<std::string, int64_t> dots;                    // channel -> global time
+  std::map<std::pair<uint64_t, std::string>, int64_t> clicks;
+  std::map<uint64_t, std::map<uint64_t, uint64_t>> snapshots;
+  std::set<std::pair<uint64_t, uint64_t>> viewed;
+
+  int64_t NoticeUnread(uint64_t u) const {
+    auto it = notice_read.find(u);
+    if (it == notice_read.end()) return 0;
+    return notices.end() - std::upper_bound(notices.begin(), notices.end(), it->second);
+  }
+  int64_t FeedUnread(uint64_t u) {
+    auto it = snapshots.find(u);
+    if (it == snapshots.end()) return 0;
+    int64_t sum = 0;
+    for (const auto& [f, then] : it->second) {
+      if (!follows.count({u, f})) continue;
+      int64_t now = users.count(f) ? users[f][0] : 0;
+      sum += std::max<int64_t>(0, now - static_cast<int64_t>(then));
+    }
+    return sum;
+  }
+  std::vector<std::pair<std::string, bool>> Dots(uint64_t u) const {
+    std::vector<std::pair<std::string, bool>> out;
+    for (const auto& [ch, ts] : dots) {
+      auto c = clicks.find({u, ch});
+      out.emplace_back(ch, c == clicks.end() || c->second < ts);
+    }
+    return out;
+  }
+  // What a feed reset would snapshot now.
+  std::vector<std::pair<uint64_t, uint64_t>> CurrentFolloweePosts(uint64_t u) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const auto& [a, b] : follows) {
+      if (a == u) out.emplace_back(b, users.count(b) ? users[b][0] : 0);
+    }
+    return out;
+  }
 
   void Apply(const Event& e) {
     auto un = [&](uint64_t u, UnreadKind k) { unread[u][static_cast<int>(k)]++; };
@@ -64,7 +104,14 @@ struct Model {
         posts[e.post_id][2]++;
         if (e.author_id) un(e.author_id, UnreadKind::kComment);
         break;
-      case EventType::kView: posts[e.post_id][3]++; break;
+      case EventType::kView:
+        posts[e.post_id][3]++;
+        if (e.user_id) viewed.insert({e.post_id, e.user_id});
+        break;
+      case EventType::kNotice:
+        if (notices.empty() || e.notice_id > notices.back()) notices.push_back(e.notice_id);
+        break;
+      case EventType::kRedDot: dots[e.channel] = std::max(dots[e.channel], e.ts); break;
       case EventType::kMention: {
         std::set<uint64_t> t(e.target_ids.begin(), e.target_ids.end());
         for (uint64_t u : t) un(u, UnreadKind::kMention);
@@ -87,6 +134,13 @@ struct Model {
       case EventType::kRead:
         if (static_cast<int>(e.read_kind) < schemas::kUnreadCounterKinds) {
           unread[e.user_id][static_cast<int>(e.read_kind)] = 0;
+        } else if (e.read_kind == UnreadKind::kNotice) {
+          notice_read[e.user_id] = e.notice_id;
+        } else if (e.read_kind == UnreadKind::kRedDot) {
+          int64_t& t = clicks[{e.user_id, e.channel}];
+          t = std::max(t, e.ts);
+        } else {
+          snapshots[e.user_id] = std::map<uint64_t, uint64_t>(e.snapshot.begin(), e.snapshot.end());
         }
         break;
       default: break;
@@ -197,8 +251,16 @@ class PipelineModelTest : public ::testing::Test {
       for (int i = 0; i < n; i++) e.target_ids.push_back(Id(30));
     }
     else if (r < 79) { e.type = EventType::kDm; e.from_user_id = Id(30); e.to_user_id = Id(30); }
-    else if (r < 92) { e.type = EventType::kFollow; e.user_id = Id(12); e.target_id = Id(12); }
-    else { e.type = EventType::kUnfollow; e.user_id = Id(12); e.target_id = Id(12); }
+    else if (r < 90) { e.type = EventType::kFollow; e.user_id = Id(12); e.target_id = Id(12); }
+    else if (r < 96) { e.type = EventType::kUnfollow; e.user_id = Id(12); e.target_id = Id(12); }
+    else if (r < 98) {
+      e.type = EventType::kNotice;
+      // Mostly increasing, sometimes stale: a stale one must be ignored.
+      e.notice_id = rng_() % 5 == 0 && next_notice_ > 1 ? next_notice_ - 1 : ++next_notice_;
+    } else {
+      e.type = EventType::kRedDot;
+      e.channel = kChannels[rng_() % 3];
+    }
     return e;
   }
 
@@ -207,6 +269,7 @@ class PipelineModelTest : public ::testing::Test {
     switch (e.type) {
       case EventType::kLike: case EventType::kUnlike: return "p" + std::to_string(e.post_id);
       case EventType::kPost: case EventType::kPostDelete: return "u" + std::to_string(e.author_id);
+      case EventType::kNotice: return "notice";
       default: return "u" + std::to_string(e.user_id);
     }
   }
@@ -250,7 +313,15 @@ class PipelineModelTest : public ::testing::Test {
       e.type = EventType::kRead;
       e.ts = 1700000000000 + static_cast<int64_t>(counter_++);
       e.user_id = Id(30);
-      e.read_kind = static_cast<UnreadKind>(rng_() % schemas::kUnreadCounterKinds);
+      e.read_kind = static_cast<UnreadKind>(rng_() % schemas::kUnreadKindCount);
+      if (e.read_kind == UnreadKind::kNotice) {
+        e.notice_id = 1 + rng_() % (next_notice_ + 2);
+      } else if (e.read_kind == UnreadKind::kRedDot) {
+        e.channel = kChannels[rng_() % 3];
+      } else if (e.read_kind == UnreadKind::kFeed) {
+        e.user_id = Id(12);  // the users with follows
+        e.snapshot = model_.CurrentFolloweePosts(e.user_id);
+      }
       model_.Apply(e);
       Produce(KeyOf(e), schemas::EventToJson(e));
     }
@@ -286,6 +357,19 @@ class PipelineModelTest : public ::testing::Test {
                std::to_string(got[1]) + "/" + std::to_string(got[2]) + "\n";
       }
       auto mu = model_.unread.count(u) ? model_.unread[u] : std::array<int64_t, 6>{};
+      if (include_unread) {
+        auto view = s->GetUnread(u);
+        if (!view.ok()) return "read failed";
+        if (view->notice != model_.NoticeUnread(u)) {
+          out += "user " + std::to_string(u) + " unread notice model=" + std::to_string(model_.NoticeUnread(u)) +
+                 " got=" + std::to_string(view->notice) + "\n";
+        }
+        if (view->feed != model_.FeedUnread(u)) {
+          out += "user " + std::to_string(u) + " unread feed model=" + std::to_string(model_.FeedUnread(u)) +
+                 " got=" + std::to_string(view->feed) + "\n";
+        }
+        if (view->red_dots != model_.Dots(u)) out += "user " + std::to_string(u) + " red dots differ\n";
+      }
       for (int k = 0; k < 6 && include_unread; k++) {
         if (mu[k] != ur->counts[k]) {
           out += "user " + std::to_string(u) + " unread " + schemas::UnreadKindName(static_cast<UnreadKind>(k)) +
@@ -298,6 +382,10 @@ class PipelineModelTest : public ::testing::Test {
           out += "like edge " + std::to_string(p) + "," + std::to_string(u) + " differs\n";
         }
       }
+    }
+    for (const auto& [post, user] : model_.viewed) {
+      auto v = s->MaybeViewed(post, user);
+      if (!v.ok() || !*v) out += "viewed " + std::to_string(post) + "," + std::to_string(user) + " reads false\n";
     }
     return out;
   }
@@ -315,6 +403,8 @@ class PipelineModelTest : public ::testing::Test {
   }
 
   std::string router_group_ = "tally";
+  static constexpr const char* kChannels[] = {"discover", "games", "live.now"};
+  uint64_t next_notice_ = 0;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   uint64_t rng_seeded_flush_ = 0;
@@ -357,6 +447,13 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   PublishEvents(1000, true);
   ExpectConverges(store_.get());
   StopPipeline();
+
+  // The stream did exercise every shape.
+  EXPECT_GT(model_.notices.size(), 10u);
+  EXPECT_EQ(model_.dots.size(), 3u);
+  EXPECT_FALSE(model_.snapshots.empty());
+  EXPECT_GT(model_.viewed.size(), 100u);
+  EXPECT_FALSE(model_.notice_read.empty());
 
   // The invalid records are in the DLQ, with their reason.
   {
