@@ -382,6 +382,10 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   db_options.level_compaction_dynamic_level_bytes = true;
   db_options.keep_log_file_num = 2;
   db_options.max_log_file_size = 4 << 20;
+  // Point reads (a feed's followee counts are thousands of them) skip the
+  // memtables that do not hold the key.
+  db_options.memtable_whole_key_filtering = true;
+  db_options.memtable_prefix_bloom_size_ratio = 0.05;
   db_options.compression = rocksdb::kLZ4Compression;
   db_options.bottommost_compression = rocksdb::kZSTD;
   db_options.env = rocksdb::Env::Default();
@@ -391,6 +395,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   table.format_version = 5;
+  // Point lookups find their key in a block by hash, not binary search.
+  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table.data_block_hash_table_util_ratio = 0.75;
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   std::function<int64_t()> now = options.now_ms;
   if (!now) {
