@@ -35,7 +35,9 @@ std::string Slurp(const std::string& path) {
 // Runs `tally <args>` through the shell, capturing stdout and stderr.
 RunResult Tally(const std::string& args, const std::string& stdin_path = "/dev/null") {
   std::string dir = ::testing::TempDir();
-  std::string out = dir + "/tally_cli_out", err = dir + "/tally_cli_err";
+  // Per process: ctest runs each test of this file as its own process, in parallel.
+  const std::string suffix = "." + std::to_string(::getpid());
+  std::string out = dir + "/tally_cli_out" + suffix, err = dir + "/tally_cli_err" + suffix;
   std::string cmd =
       std::string(TALLY_BINARY) + " " + args + " <" + stdin_path + " >" + out + " 2>" + err;
   int status = std::system(cmd.c_str());
@@ -153,7 +155,7 @@ TEST(CliTest, BrokerThenProduceLinesAndGeneratedEvents) {
   EXPECT_NE(taken.err.find("already in use"), std::string::npos) << taken.err;
 
   // Lines mode: 3 valid, 2 invalid, blank lines ignored.
-  std::string input = ::testing::TempDir() + "/tally_cli_lines.jsonl";
+  std::string input = ::testing::TempDir() + "/tally_cli_lines." + std::to_string(::getpid()) + ".jsonl";
   {
     std::ofstream f(input);
     f << R"({"type":"like","ts":1,"post_id":1,"user_id":2})"

@@ -1,0 +1,88 @@
+#include "aggregator/cluster_check.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace tally::aggregator {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ClusterCheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tally-cluster-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    store::StoreOptions o;
+    o.dir = dir_.string();
+    o.partitions = 2;
+    o.block_cache_bytes = 8 << 20;
+    auto s = store::StateStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    store_ = std::move(s).value();
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  // Some state and progress, as a running applier leaves them.
+  void Work() {
+    store::PartitionBatch b;
+    store::CounterOp ops[4] = {store::CounterOp::Add(5), {}, {}, {}};
+    b.MergePostCounters(1, ops);
+    store::Progress p;
+    p.next_deltas_offset = 40;
+    p.marks[{"tally.events", 0}] = store::SourceMark{99, 0, 1};
+    b.SetProgress(p);
+    ASSERT_TRUE(store_->partition(schemas::PartitionOf(1, 2))->Commit(&b).ok());
+  }
+  int64_t Likes() {
+    std::vector<uint64_t> ids = {1};
+    std::vector<store::PostCounts> out;
+    EXPECT_TRUE(store_->GetPostCounts(ids, &out).ok());
+    return out[0].like;
+  }
+  int64_t Offset() { return store_->partition(schemas::PartitionOf(1, 2))->LoadProgress()->next_deltas_offset; }
+
+  static base::ClusterIdentity Embedded(const std::string& inc) { return {"mockCluster1", true, inc}; }
+  static base::ClusterIdentity External(const std::string& id) { return {id, false, ""}; }
+
+  fs::path dir_;
+  std::unique_ptr<store::StateStore> store_;
+};
+
+TEST_F(ClusterCheckTest, FreshStateRecordsTheCluster) {
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  EXPECT_EQ(store_->recorded_cluster(), "abc");
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok()) << "same cluster again";
+}
+
+TEST_F(ClusterCheckTest, NewEmbeddedLogKeepsCountsAndStartsFromZero) {
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), false).ok());
+  Work();
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("two"), false).ok());
+  EXPECT_EQ(store_->recorded_cluster(), "mockCluster1/two");
+  EXPECT_EQ(Likes(), 5);
+  EXPECT_EQ(Offset(), 0);
+  EXPECT_TRUE(store_->partition(schemas::PartitionOf(1, 2))->LoadProgress()->marks.empty());
+}
+
+TEST_F(ClusterCheckTest, OtherRealClusterIsRefusedUnlessResetOffsets) {
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  Work();
+  base::Status st = AttachToCluster(store_.get(), External("xyz"), false);
+  EXPECT_EQ(st.code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("--reset-offsets"), std::string::npos) << st.message();
+  EXPECT_EQ(store_->recorded_cluster(), "abc");
+  EXPECT_EQ(Offset(), 40) << "refusing changes nothing";
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("xyz"), true).ok());
+  EXPECT_EQ(store_->recorded_cluster(), "xyz");
+  EXPECT_EQ(Likes(), 5);
+  EXPECT_EQ(Offset(), 0);
+}
+
+}  // namespace
+}  // namespace tally::aggregator
