@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "base/clock.h"
@@ -35,6 +36,27 @@ void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->Int("viewed-mb", &f->viewed_mb, "memory budget of the \"viewed\" Bloom filter tables, MiB, all partitions");
   fs->Int("inactive-days", &f->inactive_days,
           "purge notice and red-dot records of users inactive this long (0: never)");
+}
+
+void AddAuthFlags(base::FlagSet* fs, CommonFlags* f) {
+  fs->String("auth-token", &f->auth_token,
+             "require 'Authorization: Bearer TOKEN' on POST /v1/events and the resets");
+  fs->String("auth-token-file", &f->auth_token_file, "read that token from the first line of a file");
+}
+
+base::Result<std::string> ResolveAuthToken(const CommonFlags& f) {
+  if (!f.auth_token.empty() && !f.auth_token_file.empty()) {
+    return Status::InvalidArgument("give --auth-token or --auth-token-file, not both");
+  }
+  if (f.auth_token_file.empty()) return f.auth_token;
+  std::ifstream in(f.auth_token_file);
+  std::string token;
+  if (!in || !std::getline(in, token)) {
+    return Status::InvalidArgument(fmt::format("--auth-token-file {}: cannot read it", f.auth_token_file));
+  }
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) return Status::InvalidArgument(fmt::format("--auth-token-file {}: empty", f.auth_token_file));
+  return token;
 }
 
 Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out) {

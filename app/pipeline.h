@@ -29,6 +29,8 @@ struct CommonFlags {
   bool sync = false;
   int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions
   int64_t inactive_days = 30;
+  std::string auth_token;
+  std::string auth_token_file;
 };
 
 // Registers --brokers, --kafka, --log-level on `fs`.
@@ -38,6 +40,13 @@ void AddTopicFlags(base::FlagSet* fs, CommonFlags* f);
 // Registers --state-dir, --block-cache-mb, --write-buffer-mb, --sync,
 // --viewed-mb, --inactive-days.
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f);
+
+// Registers --auth-token and --auth-token-file (HTTP write endpoints).
+void AddAuthFlags(base::FlagSet* fs, CommonFlags* f);
+// The token the write endpoints require ("" = none): --auth-token, or the
+// first line of --auth-token-file. InvalidArgument if both are given or the
+// file cannot be read or is empty.
+base::Result<std::string> ResolveAuthToken(const CommonFlags& f);
 
 // Applies --log-level and parses --kafka into `out` (brokers too).
 base::Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out);

@@ -25,6 +25,7 @@ int RunServe(int argc, char** argv) {
                    "and resets; without, those answer 503.");
   AddKafkaFlags(&fs, &f);
   AddTopicFlags(&fs, &f);
+  AddAuthFlags(&fs, &f);
   fs.String("state-dir", &f.state_dir, "state directory to serve");
   fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
   fs.String("http", &http, "HTTP listen address HOST:PORT");
@@ -33,6 +34,8 @@ int RunServe(int argc, char** argv) {
   if (http_threads < 1) return Fail(command, base::Status::InvalidArgument("--http-threads must be positive"), kExitUsage);
   base::KafkaOptions kafka;
   if (auto st = ApplyCommonFlags(f, &kafka); !st.ok()) return Fail(command, st, kExitUsage);
+  auto token = ResolveAuthToken(f);
+  if (!token.ok()) return Fail(command, token.status(), kExitUsage);
 
   auto store_r = OpenState(f, 0, /*read_only=*/true);
   if (!store_r.ok()) return Fail(command, store_r.status());
@@ -63,6 +66,7 @@ int RunServe(int argc, char** argv) {
   qo.publisher = publisher.get();
   qo.watermarks = watermarks.get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
+  qo.auth_token = *token;
   qo.ready = [] { return true; };
   query::QueryService service(qo);
   query::ServerOptions so;

@@ -28,6 +28,7 @@ int RunUp(int argc, char** argv) {
                    "SIGINT/SIGTERM.");
   AddKafkaFlags(&fs, &f);
   AddTopicFlags(&fs, &f);
+  AddAuthFlags(&fs, &f);
   AddStateFlags(&fs, &f);
   fs.Int("port", &port, "port of the embedded broker (without --brokers)");
   fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
@@ -46,6 +47,8 @@ int RunUp(int argc, char** argv) {
 
   PipelineOptions po;
   if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
+  auto token = ResolveAuthToken(f);
+  if (!token.ok()) return Fail(command, token.status(), kExitUsage);
 
   std::unique_ptr<EmbeddedBroker> broker;
   if (f.brokers.empty()) {
@@ -92,6 +95,7 @@ int RunUp(int argc, char** argv) {
   qo.publisher = publisher->get();
   qo.watermarks = watermarks->get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
+  qo.auth_token = *token;
   qo.ready = [&runner] { return runner.running(); };
   query::QueryService service(qo);
   query::ServerOptions so;

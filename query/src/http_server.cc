@@ -29,6 +29,12 @@ namespace asio = restinio::asio_ns;
 using Traits = restinio::traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t>;
 using Server = restinio::http_server_t<Traits>;
 
+// The Authorization header, borrowed from the request; empty if absent.
+std::string_view Authorization(const restinio::http_request_header_t& header) {
+  auto v = header.opt_value_of(restinio::http_field::authorization);
+  return v ? std::string_view(v->data(), v->size()) : std::string_view{};
+}
+
 const char* ReasonPhrase(int status) {
   switch (status) {
     case 200:
@@ -37,6 +43,8 @@ const char* ReasonPhrase(int status) {
       return "Accepted";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 404:
       return "Not Found";
     case 405:
@@ -148,6 +156,9 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
     if (!response.allow.empty()) {
       builder.append_header(restinio::http_field::allow, std::string(response.allow));
     }
+    if (response.unauthorized) {
+      builder.append_header(restinio::http_field::www_authenticate, "Bearer realm=\"tally\"");
+    }
     if (close) builder.connection_close();
     builder.set_body(std::move(response.body));
     // The notification runs once the answer is written, or when it is
@@ -182,7 +193,8 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
       // lets any thread finish the answer.
       boost::asio::post(*blocking_pool, [this, req = std::move(req)]() noexcept {
         const auto& h = req->header();
-        Request request{h.method().c_str(), h.request_target(), req->body(), false};
+        Request request{h.method().c_str(), h.request_target(), req->body(), false,
+                        Authorization(h)};
         if (request.body.size() > options.max_body_bytes) {
           request.body = {};
           request.body_too_large = true;
@@ -191,7 +203,8 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
       });
       return restinio::request_accepted();
     }
-    Request request{method, target, req->body(), false};
+    Request request{method, target, req->body(), false,
+                    Authorization(header)};
     if (request.body.size() > options.max_body_bytes) {
       request.body = {};
       request.body_too_large = true;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cctype>
 #include <cassert>
 #include <chrono>
 #include <exception>
@@ -126,6 +127,8 @@ std::string_view DefaultErrorCode(int http_status) {
   switch (http_status) {
     case 400:
       return "bad_request";
+    case 401:
+      return "unauthorized";
     case 404:
       return "not_found";
     case 405:
@@ -143,6 +146,24 @@ std::string_view DefaultErrorCode(int http_status) {
 
 Response JsonResponse(int status, std::string body) {
   return Response{status, kJsonContentType, std::move(body), {}};
+}
+
+// Constant-time comparison of the bearer token: the time taken does not
+// depend on how many leading bytes match.
+bool BearerMatches(std::string_view header, std::string_view token) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (header.size() < kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); i++) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != std::tolower(static_cast<unsigned char>(kScheme[i]))) {
+      return false;
+    }
+  }
+  std::string_view given = header.substr(kScheme.size());
+  unsigned char diff = given.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); i++) {
+    diff |= static_cast<unsigned char>(token[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+  }
+  return diff == 0;
 }
 
 // An answer the router gives by itself (404, 405, 413, 501, 503).
@@ -177,7 +198,7 @@ void AppendPostCounts(std::string* out, const store::PostCounts& c) {
 // tally_http_request_duration_seconds{route}, registered on first use and
 // cached so the hot path is one relaxed atomic add.
 
-constexpr int kStatusSlots[] = {200, 202, 400, 404, 405, 413, 500, 501, 503};
+constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 500, 501, 503};
 constexpr int kStatusSlotCount = static_cast<int>(std::size(kStatusSlots));
 
 int StatusSlot(int status) {
@@ -354,6 +375,12 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
     return ProtocolError(503, "not ready: the state is still being opened or caught up");
   }
 
+  if ((m.route == kEvents || m.route == kUnreadReset) && !options_.auth_token.empty() &&
+      !BearerMatches(request.authorization, options_.auth_token)) {
+    Response r = ProtocolError(401, "this endpoint needs Authorization: Bearer <token>");
+    r.unauthorized = true;
+    return r;
+  }
   if (m.route == kEvents) return HandleEvents(request);
   if (m.route == kPostCountsBatch) {
     MaybeCatchUp();

@@ -493,6 +493,34 @@ TEST_F(QueryServicePublishTest, ResetPublishesAReadEventKeyedByUser) {
   EXPECT_LE(e.ts, base::WallMs());
 }
 
+TEST_F(QueryServicePublishTest, WriteEndpointsNeedTheBearerTokenWhenOneIsSet) {
+  QueryServiceOptions o;
+  o.store = store_.get();
+  o.publisher = publisher_.get();
+  o.ready = [] { return true; };
+  o.auth_token = "s3cret-token";
+  service_ = std::make_unique<QueryService>(std::move(o));
+  const std::string_view body = R"({"type":"view","ts":1,"post_id":1})";
+  for (std::string_view auth : {std::string_view{}, std::string_view{"Bearer wrong"},
+                                std::string_view{"Bearer s3cret-toke"}, std::string_view{"Bearer s3cret-token2"},
+                                std::string_view{"Basic s3cret-token"}, std::string_view{"s3cret-token"}}) {
+    for (Request req : {Post("/v1/events", body), Post("/v1/users/42/unread/like/reset")}) {
+      req.authorization = auth;
+      Response r = service_->Handle(req);
+      EXPECT_EQ(r.status, 401) << req.target << " with '" << auth << "'";
+      EXPECT_EQ(ErrorCode(r), "unauthorized");
+      EXPECT_TRUE(r.unauthorized);
+    }
+  }
+  // Reads need no token.
+  EXPECT_EQ(service_->Handle(Get("/v1/posts/7/counts")).status, 200);
+  for (std::string_view auth : {"Bearer s3cret-token", "bearer s3cret-token"}) {
+    Request req = Post("/v1/events", body);
+    req.authorization = auth;
+    EXPECT_EQ(service_->Handle(req).status, 202) << auth;
+  }
+}
+
 TEST_F(QueryServicePublishTest, ResetsOfEveryShapeCarryWhatTheyReset) {
   FillUnreadShapes(store_.get());
   EXPECT_EQ(service_->Handle(Post("/v1/users/42/unread/notice/reset")).status, 202);

@@ -44,6 +44,7 @@ struct Request {
   // Set by the transport when the body was larger than its limit (the body
   // is then left empty): the answer is 413 payload_too_large.
   bool body_too_large = false;
+  std::string_view authorization;  // the Authorization header, empty if absent
 };
 
 // The answer. `content_type` and `allow` point to static strings.
@@ -52,6 +53,7 @@ struct Response {
   std::string_view content_type;
   std::string body;
   std::string_view allow;  // the Allow header of a 405; empty otherwise
+  bool unauthorized = false;  // a 401: answer with WWW-Authenticate: Bearer
 };
 
 inline constexpr std::string_view kJsonContentType = "application/json";
@@ -80,6 +82,9 @@ struct QueryServiceOptions {
   // /healthz answers 503. Null means always ready. Called on request threads:
   // must be cheap and safe for concurrent use.
   std::function<bool()> ready;
+  // When not empty, POST /v1/events and the resets need
+  // "Authorization: Bearer <auth_token>" (else 401 unauthorized).
+  std::string auth_token;
   // A read-only store (tally serve) follows its writer through
   // StateStore::CatchUp(), called from a request thread at most this often.
   int catch_up_interval_ms = 50;
