@@ -17,13 +17,15 @@
 #include "base/metrics.h"
 #include "ingest/event_publisher.h"
 #include "ingest/events_request.h"
-#include "json_output.h"
 #include "query/watermarks.h"
 #include "request_target.h"
 #include "schemas/event.h"
+#include "schemas/json_escape.h"
 #include "store/state_store.h"
 
 namespace tally::query {
+
+using schemas::AppendJsonString;
 
 namespace {
 

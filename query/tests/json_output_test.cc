@@ -1,17 +1,16 @@
-#include "json_output.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "query/query_service.h"
+#include "schemas/json_escape.h"
 
 namespace tally::query {
 namespace {
 
 std::string Json(std::string_view s) {
   std::string out;
-  AppendJsonString(&out, s);
+  schemas::AppendJsonString(&out, s);
   return out;
 }
 
@@ -19,7 +18,7 @@ TEST(JsonOutputTest, EscapesQuotesBackslashesAndControls) {
   EXPECT_EQ(Json("plain"), "\"plain\"");
   EXPECT_EQ(Json("a\"b\\c"), "\"a\\\"b\\\\c\"");
   EXPECT_EQ(Json("\n\r\t"), "\"\\n\\r\\t\"");
-  EXPECT_EQ(Json(std::string_view("\x01\x1f\x7f", 3)), "\"\\u0001\\u001f\\u007f\"");
+  EXPECT_EQ(Json(std::string_view("\x01\x1f\x7f\b\f", 5)), "\"\\u0001\\u001f\x7f\\b\\f\"");
   EXPECT_EQ(Json(std::string_view("a\0b", 3)), "\"a\\u0000b\"");
 }
 

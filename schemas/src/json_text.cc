@@ -1,5 +1,7 @@
 #include "json_text.h"
 
+#include "schemas/json_escape.h"
+
 namespace tally::schemas::internal {
 namespace {
 
@@ -83,47 +85,6 @@ size_t CountCodePoints(std::string_view utf8) {
   return n;
 }
 
-void AppendJsonString(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  size_t run = 0;  // start of the pending run of bytes that need no escape
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default: {
-        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
-        out->append(esc, sizeof(esc));
-      }
-    }
-  }
-  out->append(s.data() + run, s.size() - run);
-  out->push_back('"');
-}
-
 void AppendQuotedForReason(std::string* out, std::string_view s) {
   if (s.size() <= kReasonValueLimit) {
     AppendJsonString(out, s);
@@ -136,3 +97,78 @@ void AppendQuotedForReason(std::string* out, std::string_view s) {
 }
 
 }  // namespace tally::schemas::internal
+
+namespace tally::schemas {
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i] (a byte >= 0x80), or 0
+// if it is not one (overlongs, surrogates, above U+10FFFF, truncated).
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n;
+  uint32_t min, cp;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2, min = 0x80, cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3, min = 0x800, cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4, min = 0x10000, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; k++) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
+void AppendJsonString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  size_t run = 0;  // start of the pending run of bytes copied as they are
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      size_t n = Utf8SequenceLength(s, i);
+      if (n > 0) {
+        i += n;
+        continue;
+      }
+      out->append(s.data() + run, i - run);
+      out->append("\\ufffd");
+      run = ++i;
+      continue;
+    }
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      i++;
+      continue;
+    }
+    out->append(s.data() + run, i - run);
+    run = ++i;
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\b': out->append("\\b"); break;
+      case '\f': out->append("\\f"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default: {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out->append(esc, sizeof(esc));
+      }
+    }
+  }
+  out->append(s.data() + run, s.size() - run);
+  out->push_back('"');
+}
+
+}  // namespace tally::schemas

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "schemas/json_escape.h"
+
 namespace tally::schemas::internal {
 
 enum class IdStringCheck : uint8_t {
@@ -37,10 +39,8 @@ bool IsChannelName(std::string_view s);
 // (what JSON Schema's maxLength counts).
 size_t CountCodePoints(std::string_view utf8);
 
-// Appends `s` as a JSON string literal (with the quotes): escapes '"', '\\'
-// and every control character below 0x20; other bytes are copied, so valid
-// UTF-8 in gives valid JSON out.
-void AppendJsonString(std::string* out, std::string_view s);
+// Defined in schemas/json_escape.h; used here by the encoders.
+using schemas::AppendJsonString;
 
 // Appends `s` quoted for a one-line error reason: as AppendJsonString, but
 // cut after 64 bytes (at a UTF-8 boundary) with "..." so that a hostile

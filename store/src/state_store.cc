@@ -456,49 +456,57 @@ Status StateStore::RecordCluster(const std::string& identity) {
   return Status::Ok();
 }
 
-Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out) const {
-  out->assign(ids.size(), PostCounts());
+// Reads the counter records of `kind` for `ids`, one MultiGet per partition
+// touched (ids are grouped by their partition, as Weibo batches per cache
+// node), and calls fill(i, values) for each ids[i] that has a record.
+Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
+                                    const std::function<void(size_t, const int64_t*)>& fill) const {
   const uint32_t n = partitions();
-  // Group the ids by partition: one MultiGet per partition touched.
   std::vector<std::vector<size_t>> by_part(n);
-  for (size_t i = 0; i < ids.size(); i++) {
-    (*out)[i].post_id = ids[i];
-    by_part[schemas::PartitionOf(ids[i], n)].push_back(i);
-  }
+  for (size_t i = 0; i < ids.size(); i++) by_part[schemas::PartitionOf(ids[i], n)].push_back(i);
   std::vector<std::string> keys;
   std::vector<rocksdb::Slice> slices;
   std::vector<rocksdb::PinnableSlice> values;
   std::vector<rocksdb::Status> statuses;
+  int64_t v[8];
   for (uint32_t p = 0; p < n; p++) {
     const auto& idx = by_part[p];
     if (idx.empty()) continue;
     keys.resize(idx.size());
     slices.clear();
     for (size_t k = 0; k < idx.size(); k++) {
-      EncodeKey(RecordKind::kPostCounters, ids[idx[k]], &keys[k]);
+      EncodeKey(static_cast<RecordKind>(kind), ids[idx[k]], &keys[k]);
       slices.emplace_back(keys[k]);
     }
     values.clear();
     values.resize(idx.size());
     statuses.assign(idx.size(), rocksdb::Status());
     rocksdb::DB* db = rep_->partitions[p]->rep_->db.get();
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(),
-                 values.data(), statuses.data());
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
+                 statuses.data());
     for (size_t k = 0; k < idx.size(); k++) {
       if (statuses[k].IsNotFound()) continue;
-      if (!statuses[k].ok()) return FromRocks(statuses[k], fmt::format("reading post {}", ids[idx[k]]));
-      int64_t v[schemas::kPostFieldCount];
-      if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, schemas::kPostFieldCount)) {
-        return Status::Corruption(fmt::format("post {}: counter record does not decode", ids[idx[k]]));
+      if (!statuses[k].ok()) return FromRocks(statuses[k], fmt::format("reading record of {}", ids[idx[k]]));
+      if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
+        return Status::Corruption(fmt::format("{}: counter record does not decode", ids[idx[k]]));
       }
-      PostCounts& pc = (*out)[idx[k]];
-      pc.like = v[0];
-      pc.repost = v[1];
-      pc.comment = v[2];
-      pc.view = v[3];
+      fill(idx[k], v);
     }
   }
   return Status::Ok();
+}
+
+Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out) const {
+  out->assign(ids.size(), PostCounts());
+  for (size_t i = 0; i < ids.size(); i++) (*out)[i].post_id = ids[i];
+  return MultiGetCounters(static_cast<char>(RecordKind::kPostCounters), schemas::kPostFieldCount, ids,
+                          [out](size_t i, const int64_t* v) {
+                            PostCounts& pc = (*out)[i];
+                            pc.like = v[0];
+                            pc.repost = v[1];
+                            pc.comment = v[2];
+                            pc.view = v[3];
+                          });
 }
 
 namespace {
@@ -678,42 +686,13 @@ Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
 Result<std::vector<std::pair<uint64_t, uint64_t>>> StateStore::CurrentFolloweePosts(uint64_t user_id) const {
   auto followees = GetFollowees(user_id);
   if (!followees.ok()) return followees.status();
-  const uint32_t n = partitions();
   std::vector<std::pair<uint64_t, uint64_t>> out;
   out.reserve(followees->size());
   for (uint64_t f : *followees) out.emplace_back(f, 0);
-  // One MultiGet per partition, as Weibo batches per cache node.
-  std::vector<std::vector<size_t>> by_part(n);
-  for (size_t i = 0; i < out.size(); i++) by_part[schemas::PartitionOf(out[i].first, n)].push_back(i);
-  std::vector<std::string> keys;
-  std::vector<rocksdb::Slice> slices;
-  std::vector<rocksdb::PinnableSlice> values;
-  std::vector<rocksdb::Status> statuses;
-  for (uint32_t p = 0; p < n; p++) {
-    const auto& idx = by_part[p];
-    if (idx.empty()) continue;
-    keys.resize(idx.size());
-    slices.clear();
-    for (size_t k = 0; k < idx.size(); k++) {
-      EncodeKey(RecordKind::kUserCounters, out[idx[k]].first, &keys[k]);
-      slices.emplace_back(keys[k]);
-    }
-    values.clear();
-    values.resize(idx.size());
-    statuses.assign(idx.size(), rocksdb::Status());
-    rocksdb::DB* db = rep_->partitions[p]->rep_->db.get();
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
-                 statuses.data());
-    for (size_t k = 0; k < idx.size(); k++) {
-      if (statuses[k].IsNotFound()) continue;
-      if (!statuses[k].ok()) return FromRocks(statuses[k], "reading followee counts");
-      int64_t v[schemas::kUserFieldCount];
-      if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, schemas::kUserFieldCount)) {
-        return Status::Corruption("user counter record does not decode");
-      }
-      out[idx[k]].second = static_cast<uint64_t>(v[0]);
-    }
-  }
+  TALLY_RETURN_IF_ERROR(MultiGetCounters(static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount,
+                                         *followees, [&out](size_t i, const int64_t* v) {
+                                           out[i].second = static_cast<uint64_t>(v[0]);
+                                         }));
   return out;
 }
 

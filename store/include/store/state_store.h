@@ -234,6 +234,8 @@ class StateStore {
   base::Status ResetProgress();
 
  private:
+  base::Status MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
+                                const std::function<void(size_t, const int64_t*)>& fill) const;
   struct Rep;
   explicit StateStore(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
