@@ -24,6 +24,7 @@ struct Applier::Rep {
   store::StateStore* store;
   base::KafkaHandle consumer;
   base::KafkaHandle producer;  // derived deltas (follow -> target's followers)
+  base::KafkaTopic deltas_rkt;  // destroyed before the producer
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
   int64_t last_flush_ms = 0;
@@ -193,6 +194,10 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
   if (!producer.ok()) return producer.status();
   r.producer = std::move(producer).value();
+  // Metadata now, or the first window's derived deltas wait for the next refresh.
+  auto rkt = base::PrepareTopic(r.producer.get(), r.o.deltas_topic, 10000);
+  if (!rkt.ok()) return rkt.status();
+  r.deltas_rkt = std::move(rkt).value();
 
   auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group + "-applier"},
                                                {"enable.auto.commit", "false"},

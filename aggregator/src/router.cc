@@ -24,6 +24,8 @@ struct Router::Rep {
   RouterOptions o;
   base::KafkaHandle consumer;
   base::KafkaHandle producer;
+  base::KafkaTopic deltas_rkt;  // destroyed before the producer
+  base::KafkaTopic dlq_rkt;
   EventRouter router;
   std::vector<schemas::DeltaBatchBuilder> builders;
   schemas::EventParser parser;
@@ -193,6 +195,13 @@ Status Router::Run(const std::atomic<bool>* stop) {
   auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
   if (!producer.ok()) return producer.status();
   r.producer = std::move(producer).value();
+  // Metadata now, or the first flush waits for the next refresh.
+  auto deltas_rkt = base::PrepareTopic(r.producer.get(), r.o.deltas_topic, 10000);
+  if (!deltas_rkt.ok()) return deltas_rkt.status();
+  r.deltas_rkt = std::move(deltas_rkt).value();
+  auto dlq_rkt = base::PrepareTopic(r.producer.get(), r.o.dlq_topic, 10000);
+  if (!dlq_rkt.ok()) return dlq_rkt.status();
+  r.dlq_rkt = std::move(dlq_rkt).value();
 
   auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group},
                                                {"enable.auto.commit", "false"},

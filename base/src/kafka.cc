@@ -148,6 +148,17 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   return ident;
 }
 
+Result<KafkaTopic> PrepareTopic(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
+  std::string name(topic);
+  KafkaTopic rkt(rd_kafka_topic_new(rk, name.c_str(), nullptr));
+  if (!rkt) return KafkaStatus(rd_kafka_last_error(), fmt::format("topic handle for {}", topic));
+  const rd_kafka_metadata_t* md = nullptr;
+  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt.get(), &md, timeout_ms);
+  if (err) return KafkaStatus(err, fmt::format("metadata for {}", topic));
+  rd_kafka_metadata_destroy(md);
+  return rkt;
+}
+
 Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
   const rd_kafka_metadata_t* md = nullptr;
   std::string name(topic);

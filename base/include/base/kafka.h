@@ -38,6 +38,8 @@ using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaHandleDeleter>;
 using KafkaConf = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
 using KafkaPartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, KafkaPartitionListDeleter>;
 using KafkaMessage = std::unique_ptr<rd_kafka_message_t, KafkaMessageDeleter>;
+struct KafkaTopicDeleter { void operator()(rd_kafka_topic_t* t) const { if (t) rd_kafka_topic_destroy(t); } };
+using KafkaTopic = std::unique_ptr<rd_kafka_topic_t, KafkaTopicDeleter>;
 
 // The one conversion from a Kafka error code to a Status. OK for NO_ERROR.
 Status KafkaStatus(rd_kafka_resp_err_t err, std::string_view context);
@@ -90,6 +92,12 @@ struct PartitionOffsets {
   int64_t low = 0;
   int64_t high = 0;
 };
+
+// Creates producer `rk`'s handle for `topic` and fetches its metadata now, so
+// the first produce does not wait for librdkafka's next metadata refresh (up
+// to a second). The handle must be destroyed before `rk`. Unavailable or
+// NotFound when the metadata cannot be had within `timeout_ms`.
+Result<KafkaTopic> PrepareTopic(rd_kafka_t* rk, std::string_view topic, int timeout_ms);
 
 // Returns the number of partitions of `topic`, NotFound if it does not exist.
 Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms);
