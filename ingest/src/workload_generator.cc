@@ -115,8 +115,9 @@ class ZipfSampler {
   double s_;
 };
 
-// A bijection of 1..n that spreads popular ranks over the id space (and so
-// over partitions) instead of making ids 1, 2, 3 the hot ones.
+// A bijection of 1..n that spreads popular ranks over the id space. Rank 1
+// is id 1, so the most popular post and user are the ones the README's first
+// `curl` asks about; the rest are spread (partitioning hashes ids anyway).
 class RankScrambler {
  public:
   explicit RankScrambler(uint64_t n) : n_(n) {
@@ -125,7 +126,7 @@ class RankScrambler {
     while (std::gcd(multiplier_, n) != 1) multiplier_++;
   }
   uint64_t IdOfRank(uint64_t rank) const {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(rank) * multiplier_) % n_) + 1;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(rank - 1) * multiplier_) % n_) + 1;
   }
 
  private:
