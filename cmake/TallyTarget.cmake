@@ -8,6 +8,10 @@ function(tally_compile_options target)
   if(TALLY_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  if(TALLY_FUZZ)
+    # Coverage for libFuzzer in every library a fuzz target links.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  endif()
   if(TALLY_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
@@ -42,4 +46,26 @@ function(tally_test name)
   endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}")
+endfunction()
+
+# tally_fuzz_target(<name> SOURCES ... DEPS ... CORPUS <dir>)
+# A fuzz target (LLVMFuzzerTestOneInput). Normally it is built with a small
+# driver and a ctest replays the checked-in corpus, so every input that once
+# crashed stays a test. With -DTALLY_FUZZ=ON (clang) it links libFuzzer and
+# the ctest fuzzes for TALLY_FUZZ_SECONDS from that corpus.
+function(tally_fuzz_target name)
+  cmake_parse_arguments(ARG "" "CORPUS" "SOURCES;DEPS" ${ARGN})
+  if(TALLY_FUZZ)
+    add_executable(${name} ${ARG_SOURCES})
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    set(work ${CMAKE_CURRENT_BINARY_DIR}/${name}-corpus)
+    file(MAKE_DIRECTORY ${work})
+    add_test(NAME ${name} COMMAND ${name} -max_total_time=${TALLY_FUZZ_SECONDS} -seed=1 ${work} ${ARG_CORPUS})
+  else()
+    add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/base/fuzz/fuzz_main.cc)
+    add_test(NAME ${name} COMMAND ${name} ${ARG_CORPUS})
+  endif()
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  tally_compile_options(${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;fuzz" TIMEOUT 600)
 endfunction()
