@@ -46,27 +46,21 @@ Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
                                  std::vector<schemas::DeltaBatchBuilder>* derived) {
   progress_.next_deltas_offset = offset + 1;
   dirty_ = true;
+  // Decode the whole batch before applying any of it: a corrupt batch must
+  // not be half applied (nor leave marks behind).
   Status st = reader_.Open(bytes);
+  decoded_.clear();
+  if (st.ok()) {
+    Delta d;
+    while (reader_.Next(&d)) decoded_.push_back(d);
+    st = reader_.status();
+  }
   if (!st.ok()) return st.WithContext(fmt::format("{}/{} offset {}", deltas_topic_, partition_->id(), offset));
   // Resolve each stream of the batch to its mark once.
   stream_marks_.clear();
   for (const auto& s : reader_.streams()) stream_marks_.push_back(&progress_.marks[s]);
-  // Decode fully first: a corrupt batch must not be half applied.
-  // (Batches are small; the reader is cheap to rerun.)
-  Delta d;
-  uint64_t n = 0;
-  while (reader_.Next(&d)) n++;
-  if (!reader_.status().ok()) {
-    // Drop marks the lookup above may have created for this batch's streams.
-    for (auto it = progress_.marks.begin(); it != progress_.marks.end();) {
-      if (it->second.offset < 0) it = progress_.marks.erase(it);
-      else ++it;
-    }
-    return reader_.status().WithContext(fmt::format("{}/{} offset {}", deltas_topic_, partition_->id(), offset));
-  }
-  (void)reader_.Open(bytes);
   uint32_t derived_index = 0;
-  while (reader_.Next(&d)) {
+  for (const Delta& d : decoded_) {
     store::SourceMark* mark = stream_marks_[d.source.stream];
     if (mark->Covers(d.source.offset, d.source.effect)) {
       stats_.duplicates++;

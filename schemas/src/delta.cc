@@ -128,6 +128,7 @@ base::Status DeltaBatchReader::Open(std::string_view bytes) {
   pos_ = 0;
   read_ = 0;
   total_ = 0;
+  snapshots_used_ = 0;
   streams_.clear();
   status_ = base::Status::Ok();
   if (in_.empty() || in_[0] != 1) {
@@ -216,13 +217,15 @@ bool DeltaBatchReader::Next(Delta* d) {
     case DeltaOp::kFeedSnapshot: {
       uint64_t n;
       if (!GetVarint(in_, &pos_, &n) || n > in_.size()) return fail("bad snapshot");
-      snapshot_.clear();
+      if (snapshots_used_ == snapshots_.size()) snapshots_.emplace_back();
+      auto& snapshot = snapshots_[snapshots_used_++];
+      snapshot.clear();
       for (uint64_t i = 0; i < n; i++) {
         uint64_t a, b;
         if (!GetVarint(in_, &pos_, &a) || !GetVarint(in_, &pos_, &b)) return fail("bad snapshot");
-        snapshot_.emplace_back(a, b);
+        snapshot.emplace_back(a, b);
       }
-      d->snapshot = snapshot_.data();
+      d->snapshot = snapshot.data();
       d->snapshot_size = static_cast<uint32_t>(n);
       break;
     }

@@ -69,6 +69,37 @@ TEST(DeltaBatchTest, RoundTripsEveryOp) {
   EXPECT_EQ(i, in.size());
 }
 
+// A whole batch can be decoded before any of it is used: every delta,
+// snapshots included, stays valid until the next Open().
+TEST(DeltaBatchTest, DecodedDeltasStayValidUntilTheNextOpen) {
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> snaps;
+  for (uint64_t k = 0; k < 40; k++) snaps.push_back({{k, k * 10}, {k + 1, k * 10 + 1}});
+  DeltaBatchBuilder b;
+  uint32_t s = b.StreamIndex("tally.events", 0);
+  for (uint32_t k = 0; k < snaps.size(); k++) {
+    Delta d;
+    d.op = DeltaOp::kFeedSnapshot;
+    d.entity = k + 1;
+    d.snapshot = snaps[k].data();
+    d.snapshot_size = 2;
+    d.source = {s, k, 0, 1};
+    b.Add(d);
+  }
+  std::string bytes = b.Finish();
+  DeltaBatchReader r;
+  ASSERT_TRUE(r.Open(bytes).ok());
+  std::vector<Delta> all;
+  Delta d;
+  while (r.Next(&d)) all.push_back(d);
+  ASSERT_TRUE(r.status().ok());
+  ASSERT_EQ(all.size(), snaps.size());
+  for (size_t k = 0; k < all.size(); k++) {
+    ASSERT_EQ(all[k].snapshot_size, 2u);
+    EXPECT_EQ(all[k].snapshot[0], snaps[k][0]) << k;
+    EXPECT_EQ(all[k].snapshot[1], snaps[k][1]) << k;
+  }
+}
+
 // Random truncations and byte flips never crash the reader; a truncated
 // batch is always reported as corrupt.
 TEST(DeltaBatchTest, DamagedBatchesAreReportedNeverCrash) {

@@ -510,12 +510,16 @@ Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<Post
 }
 
 namespace {
-Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, int n, const char* what) {
+// Reads a counter record into v[0..n); zeros if there is none. *found, when
+// given, says whether there was one.
+Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, int n, const char* what,
+                    bool* found = nullptr) {
   std::string key;
   EncodeKey(kind, id, &key);
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
   for (int i = 0; i < n; i++) v[i] = 0;
+  if (found) *found = s.ok();
   if (s.IsNotFound()) return Status::Ok();
   if (!s.ok()) return FromRocks(s, fmt::format("reading {} {}", what, id));
   if (!DecodeCounters(std::string_view(value.data(), value.size()), v, n)) {
@@ -590,13 +594,10 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
 
   // Notices: count - ordinal of the newest notice at or below the last read id.
   int64_t read[2];
-  TALLY_RETURN_IF_ERROR(ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user"));
-  std::string key;
-  EncodeKey(RecordKind::kNoticeRead, user_id, &key);
-  rocksdb::PinnableSlice has;
-  rocksdb::Status hs = udb->Get(rocksdb::ReadOptions(), udb->DefaultColumnFamily(), key, &has);
-  if (!hs.ok() && !hs.IsNotFound()) return FromRocks(hs, "reading notice read");
-  if (hs.ok()) {
+  bool has_read = false;
+  TALLY_RETURN_IF_ERROR(
+      ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user", &has_read));
+  if (has_read) {
     auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->LoadNoticeHead();
     if (!head.ok()) return head.status();
     uint64_t ordinal = 0;

@@ -113,6 +113,7 @@ class WindowApplier {
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint16_t>> view_bits_;
   std::vector<uint32_t> dropped_tables_;
   schemas::DeltaBatchReader reader_;
+  std::vector<schemas::Delta> decoded_;  // the batch being applied, reused
   std::vector<store::SourceMark*> stream_marks_;
   store::PartitionBatch batch_;
   WindowStats stats_;

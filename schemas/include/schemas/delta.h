@@ -123,8 +123,10 @@ class DeltaBatchBuilder {
   size_t count_ = 0;
 };
 
-// Reads one DeltaBatch. Thread model: externally synchronized; the batch
-// bytes must outlive the reader and every Delta it returns.
+// Reads one DeltaBatch. Thread model: externally synchronized. Every Delta
+// returned since the last Open() stays valid until the next Open() (its text
+// borrows from the batch bytes, which must outlive it; its snapshot from the
+// reader), so a caller can decode a whole batch before applying any of it.
 class DeltaBatchReader {
  public:
   // Parses the header. Corruption if the bytes are not a DeltaBatch.
@@ -144,7 +146,10 @@ class DeltaBatchReader {
   uint64_t total_ = 0;
   uint64_t read_ = 0;
   std::vector<SourceStream> streams_;
-  std::vector<std::pair<uint64_t, uint64_t>> snapshot_;
+  // One buffer per snapshot of the batch, reused across batches; moving the
+  // outer vector keeps each inner buffer, so returned pointers stay valid.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> snapshots_;
+  size_t snapshots_used_ = 0;
   base::Status status_;
 };
 
