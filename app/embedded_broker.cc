@@ -39,7 +39,7 @@ base::Status WriteIncarnation(const std::string& bootstrap, const std::string& i
   base::KafkaOptions kafka;
   kafka.brokers = bootstrap;
   auto conf =
-      base::MakeKafkaConf(kafka, {{"acks", "all"},
+      base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka, {{"acks", "all"},
                                   {"message.timeout.ms", std::to_string(kIncarnationTimeoutMs)},
                                   {"log_level", "4"}});
   if (!conf.ok()) return conf.status();

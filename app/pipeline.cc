@@ -85,7 +85,7 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   kafka->embedded = info.identity.embedded;
-  auto conf = base::MakeKafkaConf(*kafka, {{"client.id", "tally-admin"}});
+  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, *kafka, {{"client.id", "tally-admin"}});
   if (!conf.ok()) return conf.status();
   auto admin = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
   if (!admin.ok()) return admin.status();

@@ -183,7 +183,7 @@ Applier::~Applier() = default;
 Status Applier::Run(const std::atomic<bool>* stop) {
   Rep& r = *rep_;
   r.stop = stop;
-  auto pconf = base::MakeKafkaConf(r.o.kafka, {{"enable.idempotence", "true"},
+  auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, r.o.kafka, {{"enable.idempotence", "true"},
                                                {"compression.type", "lz4"},
                                                {"linger.ms", "1"},
                                                {"acks", "all"},
@@ -199,7 +199,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   if (!rkt.ok()) return rkt.status();
   r.deltas_rkt = std::move(rkt).value();
 
-  auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group + "-applier"},
+  auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group + "-applier"},
                                                {"enable.auto.commit", "false"},
                                                {"enable.auto.offset.store", "false"},
                                                // A stored offset the log no longer has is an

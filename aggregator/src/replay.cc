@@ -95,7 +95,7 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   }
   // A plain consumer: no group, no commits, nothing written anywhere.
   // assign() needs a group id; this consumer never joins or commits.
-  auto conf = base::MakeKafkaConf(o.kafka, {{"group.id", "tally-replay"},
+  auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, o.kafka, {{"group.id", "tally-replay"},
                                            {"enable.auto.commit", "false"},
                                            {"enable.auto.offset.store", "false"},
                                            {"enable.partition.eof", "true"},

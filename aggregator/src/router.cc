@@ -184,7 +184,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
   Rep& r = *rep_;
   if (r.o.deltas_partitions == 0) return Status::InvalidArgument("router: deltas partition count unknown");
 
-  auto pconf = base::MakeKafkaConf(r.o.kafka, {{"enable.idempotence", "true"},
+  auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, r.o.kafka, {{"enable.idempotence", "true"},
                                                {"compression.type", "lz4"},
                                                {"linger.ms", "5"},
                                                {"acks", "all"},
@@ -203,7 +203,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
   if (!dlq_rkt.ok()) return dlq_rkt.status();
   r.dlq_rkt = std::move(dlq_rkt).value();
 
-  auto cconf = base::MakeKafkaConf(r.o.kafka, {{"group.id", r.o.group},
+  auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group},
                                                {"enable.auto.commit", "false"},
                                                {"auto.offset.reset", "earliest"},
                                                {"client.id", "tally-router"}});

@@ -106,7 +106,7 @@ class BrokerProcess {
 int64_t EventsInTopic(const std::string& brokers) {
   tally::base::KafkaOptions k;
   k.brokers = brokers;
-  auto conf = tally::base::MakeKafkaConf(k, {});
+  auto conf = tally::base::MakeKafkaConf(RD_KAFKA_PRODUCER, k, {});
   auto rk = tally::base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
   auto marks = tally::base::QueryWatermarks(rk->get(), tally::base::kEventsTopic, 10000);
   if (!marks.ok()) return -1;

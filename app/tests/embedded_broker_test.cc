@@ -70,7 +70,7 @@ std::vector<ConsumedRecord> ReadAll(const std::string& brokers, const std::strin
   base::KafkaOptions options;
   options.brokers = brokers;
   // assign() needs a group id; this consumer never joins or commits.
-  auto conf = base::MakeKafkaConf(
+  auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, 
       options, {{"group.id", "tally-test-reader"}, {"enable.auto.commit", "false"}});
   EXPECT_TRUE(conf.ok()) << conf.status().ToString();
   auto rk = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
@@ -125,7 +125,7 @@ TEST_F(EmbeddedBrokerTest, BootstrapIsTheForwarderAndMetadataNamesTheRealBroker)
   ASSERT_NE(broker_->mock(), nullptr);
 
   // A client that only knows the fixed port sees every topic.
-  auto conf = base::MakeKafkaConf(Kafka(), {});
+  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, Kafka(), {});
   ASSERT_TRUE(conf.ok());
   auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
   ASSERT_TRUE(rk.ok());

@@ -71,16 +71,14 @@ Status SetConf(rd_kafka_conf_t* conf, const std::string& key, const std::string&
 }
 }  // namespace
 
-Result<KafkaConf> MakeKafkaConf(const KafkaOptions& options,
+Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& options,
                                 const std::map<std::string, std::string>& defaults) {
   if (options.brokers.empty()) return Status::InvalidArgument("no brokers given (--brokers)");
   KafkaConf conf(rd_kafka_conf_new());
   TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "bootstrap.servers", options.brokers));
   rd_kafka_conf_set_log_cb(conf.get(), &LogFromKafka);
   for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
-  // tally's consumers always name a group (assign() needs one), so a
-  // configuration with group.id is a consumer's.
-  if (options.embedded && defaults.count("group.id")) {
+  if (options.embedded && type == RD_KAFKA_CONSUMER) {
     // The mock cluster completes a rebalance only after session.timeout.ms - 1000.
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "session.timeout.ms", "6000"));
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "heartbeat.interval.ms", "500"));
@@ -104,7 +102,7 @@ std::string ClusterIdentity::ToString() const {
 
 Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int timeout_ms) {
   // assign() needs a group id; this consumer never joins, commits or subscribes.
-  auto conf = MakeKafkaConf(options, {{"group.id", "tally-probe"},
+  auto conf = MakeKafkaConf(RD_KAFKA_CONSUMER, options, {{"group.id", "tally-probe"},
                                       {"enable.auto.commit", "false"},
                                       {"enable.partition.eof", "true"},
                                       {"log_level", "3"}});

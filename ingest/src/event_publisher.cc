@@ -173,7 +173,7 @@ base::Result<std::unique_ptr<EventPublisher>> EventPublisher::Create(
   }
   auto rep = std::make_unique<Rep>();
   rep->options = options;
-  auto conf = base::MakeKafkaConf(
+  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, 
       options.kafka, {
                          {"enable.idempotence", "true"},
                          {"acks", "all"},

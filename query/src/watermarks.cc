@@ -90,7 +90,7 @@ base::Result<std::unique_ptr<WatermarkSource>> WatermarkSource::Create(
   if (store == nullptr) return base::Status::InvalidArgument("watermarks: no state store");
   if (options.input_topics.empty())
     return base::Status::InvalidArgument("watermarks: no input topics");
-  auto conf = base::MakeKafkaConf(options.kafka, {{"group.id", options.group_id},
+  auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, options.kafka, {{"group.id", options.group_id},
                                                   {"client.id", "tally-watermarks"},
                                                   {"enable.auto.commit", "false"},
                                                   {"enable.auto.offset.store", "false"},

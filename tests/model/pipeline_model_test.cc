@@ -176,7 +176,7 @@ class PipelineModelTest : public ::testing::Test {
     fs::remove_all(dir_);
     store_ = OpenStore(dir_ / "live");
 
-    auto pconf = base::MakeKafkaConf(kafka_, {{"linger.ms", "2"}, {"enable.idempotence", "true"}});
+    auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka_, {{"linger.ms", "2"}, {"enable.idempotence", "true"}});
     ASSERT_TRUE(pconf.ok());
     auto p = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
     ASSERT_TRUE(p.ok());
@@ -457,7 +457,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
 
   // The invalid records are in the DLQ, with their reason.
   {
-    auto conf = base::MakeKafkaConf(kafka_, {{"enable.partition.eof", "true"}, {"group.id", "dlq-reader"}});
+    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_, {{"enable.partition.eof", "true"}, {"group.id", "dlq-reader"}});
     ASSERT_TRUE(conf.ok());
     auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
     ASSERT_TRUE(c.ok());

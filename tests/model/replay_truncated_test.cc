@@ -35,7 +35,7 @@ TEST(ReplayTruncatedTest, RefusesALogThatNoLongerStartsAtZeroUnlessAllowed) {
 
   // ~8 MiB of valid delta batches: the broker drops the oldest.
   {
-    auto pconf = base::MakeKafkaConf(kafka, {{"compression.type", "none"}, {"linger.ms", "0"}});
+    auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka, {{"compression.type", "none"}, {"linger.ms", "0"}});
     ASSERT_TRUE(pconf.ok());
     auto p = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
     ASSERT_TRUE(p.ok());

@@ -58,12 +58,12 @@ struct KafkaOptions {
 // key is empty.
 Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::string>* out);
 
-// Builds a librdkafka configuration: bootstrap.servers, then `defaults`, then
-// for a consumer (`defaults` has group.id) of the embedded broker
-// session.timeout.ms=6000 and heartbeat.interval.ms=500, then the user's
-// overrides. librdkafka's log lines go to tally's log. InvalidArgument naming
-// the key when librdkafka rejects one. Caller owns the result.
-Result<KafkaConf> MakeKafkaConf(const KafkaOptions& options,
+// Builds a librdkafka configuration for a client of `type`:
+// bootstrap.servers, then `defaults`, then for a consumer of the embedded
+// broker session.timeout.ms=6000 and heartbeat.interval.ms=500, then the
+// user's overrides. librdkafka's log lines go to tally's log. InvalidArgument
+// naming the key when librdkafka rejects one. Caller owns the result.
+Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& options,
                                 const std::map<std::string, std::string>& defaults);
 
 // Creates a handle of `type` from `conf` (consumed). InvalidArgument with
