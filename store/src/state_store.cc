@@ -12,6 +12,7 @@
 #include <rocksdb/compaction_filter.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,15 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
 }
 
 std::string PartitionDirName(uint32_t i) { return fmt::format("partition-{:03d}", i); }
+
+// The name of the writer's current manifest: it changes whenever the writer
+// opens the database (and when a manifest rolls over).
+std::string ReadCurrentFile(const std::string& db_path) {
+  std::ifstream f(db_path + "/CURRENT");
+  std::string name;
+  std::getline(f, name);
+  return name;
+}
 
 // Drops notice-read and user red-dot records whose last touch (event time)
 // is older than the inactivity horizon: such users then read as new users.
@@ -187,9 +197,17 @@ void PartitionBatch::Clear() { rep_->wb.Clear(); }
 // ---------------------------------------------------------------- Partition
 
 struct Partition::Rep {
-  std::unique_ptr<rocksdb::DB> db;
+  // Swapped whole when a read-only store reopens after its writer restarted;
+  // readers hold what they loaded until they are done with it.
+  std::atomic<std::shared_ptr<rocksdb::DB>> db;
   rocksdb::WriteOptions write_options;
   bool read_only = false;
+  // Read-only stores: where the writer's database is, the secondary's own
+  // directory, and the writer's CURRENT (its manifest) when last opened.
+  std::string path;
+  std::string secondary_base;
+  std::string current;
+  int generation = 0;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -208,13 +226,13 @@ Result<bool> KeyExists(rocksdb::DB* db, const std::string& key, std::string_view
 Result<bool> Partition::HasLike(uint64_t post_id, uint64_t user_id) const {
   std::string key;
   EncodeKey(RecordKind::kLikeEdge, post_id, user_id, &key);
-  return KeyExists(rep_->db.get(), key, "reading like edge");
+  return KeyExists(rep_->db.load().get(), key, "reading like edge");
 }
 
 Result<bool> Partition::HasFollow(uint64_t user_id, uint64_t target_id) const {
   std::string key;
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &key);
-  return KeyExists(rep_->db.get(), key, "reading follow edge");
+  return KeyExists(rep_->db.load().get(), key, "reading follow edge");
 }
 
 namespace {
@@ -234,7 +252,7 @@ Status SeekLastOf(rocksdb::DB* db, char kind, std::string* key, std::string* val
 
 Result<NoticeHead> Partition::LoadNoticeHead() const {
   std::string key, value;
-  Status st = SeekLastOf(rep_->db.get(), static_cast<char>(RecordKind::kNotice), &key, &value);
+  Status st = SeekLastOf(rep_->db.load().get(), static_cast<char>(RecordKind::kNotice), &key, &value);
   if (st.code() == base::StatusCode::kNotFound) return NoticeHead();
   if (!st.ok()) return st;
   NoticeHead head;
@@ -249,7 +267,7 @@ Result<NoticeHead> Partition::LoadNoticeHead() const {
 Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) const {
   ViewedTables t(options);
   std::string value;
-  rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(), rocksdb::Slice(kViewedKey.data(), kViewedKey.size()),
+  rocksdb::Status s = rep_->db.load()->Get(rocksdb::ReadOptions(), rocksdb::Slice(kViewedKey.data(), kViewedKey.size()),
                                     &value);
   if (s.IsNotFound()) return t;
   if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading viewed tables", id_));
@@ -259,7 +277,7 @@ Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) c
 
 Result<Progress> Partition::LoadProgress() const {
   std::string value;
-  rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(),
+  rocksdb::Status s = rep_->db.load()->Get(rocksdb::ReadOptions(),
                                     rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), &value);
   if (s.IsNotFound()) return Progress();
   if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading progress", id_));
@@ -272,7 +290,7 @@ Result<Progress> Partition::LoadProgress() const {
 
 Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
-  return FromRocks(rep_->db->Write(rep_->write_options, &batch->rep_->wb),
+  return FromRocks(rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb),
                    fmt::format("partition {}: committing window", id_));
 }
 
@@ -285,6 +303,7 @@ struct StateStore::Rep {
   std::string secondary_dir;
   std::mutex catch_up_mu;
   std::unique_ptr<InactivePurgeFilter> purge;
+  rocksdb::Options db_options;  // kept to reopen read-only partitions
 };
 
 StateStore::StateStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -421,20 +440,26 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (ec) return Status::IOError(fmt::format("creating {}: {}", rep->secondary_dir, ec.message()));
   }
 
+  rep->db_options = db_options;
   for (uint32_t i = 0; i < rep->options.partitions; i++) {
     std::string path = dir + "/" + PartitionDirName(i);
     rocksdb::DB* raw = nullptr;
     rocksdb::Status s;
+    std::string current;
     if (options.read_only) {
-      s = rocksdb::DB::OpenAsSecondary(db_options, path, rep->secondary_dir + "/" + PartitionDirName(i), &raw);
+      current = ReadCurrentFile(path);
+      s = rocksdb::DB::OpenAsSecondary(db_options, path, rep->secondary_dir + "/" + PartitionDirName(i) + ".0", &raw);
     } else {
       s = rocksdb::DB::Open(db_options, path, &raw);
     }
     if (!s.ok()) return FromRocks(s, fmt::format("opening {}", path));
     auto prep = std::make_unique<Partition::Rep>();
-    prep->db.reset(raw);
+    prep->db.store(std::shared_ptr<rocksdb::DB>(raw));
     prep->read_only = options.read_only;
     prep->write_options.sync = options.sync_writes;
+    prep->path = path;
+    prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
+    prep->current = std::move(current);
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
   TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
@@ -481,7 +506,8 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     values.clear();
     values.resize(idx.size());
     statuses.assign(idx.size(), rocksdb::Status());
-    rocksdb::DB* db = rep_->partitions[p]->rep_->db.get();
+    std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
+  rocksdb::DB* db = db_ref.get();
     db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
                  statuses.data());
     for (size_t k = 0; k < idx.size(); k++) {
@@ -531,7 +557,8 @@ Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, i
 
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
   int64_t v[schemas::kUserFieldCount];
-  rocksdb::DB* db = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.get();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  rocksdb::DB* db = db_ref.get();
   TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUserCounters, user_id, v, schemas::kUserFieldCount, "user"));
   UserCounts uc;
   uc.user_id = user_id;
@@ -543,7 +570,8 @@ Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
 
 Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
   UnreadCounters uc;
-  rocksdb::DB* db = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.get();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  rocksdb::DB* db = db_ref.get();
   TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUnreadCounters, user_id, uc.counts,
                                      schemas::kUnreadCounterKinds, "unread of user"));
   return uc;
@@ -556,7 +584,8 @@ Result<bool> StateStore::IsLiked(uint64_t post_id, uint64_t user_id) const {
 Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
   std::string prefix;
   EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
-  rocksdb::DB* db = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.get();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  rocksdb::DB* db = db_ref.get();
   rocksdb::ReadOptions ro;
   std::string upper = prefix;
   // Upper bound: the prefix with its last byte incremented (ids are big-endian).
@@ -589,8 +618,10 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   if (!counters.ok()) return counters.status();
   view.counters = *counters;
   const uint32_t n = partitions();
-  rocksdb::DB* udb = rep_->partitions[schemas::PartitionOf(user_id, n)]->rep_->db.get();
-  rocksdb::DB* gdb = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->rep_->db.get();
+  std::shared_ptr<rocksdb::DB> udb_ref = rep_->partitions[schemas::PartitionOf(user_id, n)]->rep_->db.load();
+  rocksdb::DB* udb = udb_ref.get();
+  std::shared_ptr<rocksdb::DB> gdb_ref = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->rep_->db.load();
+  rocksdb::DB* gdb = gdb_ref.get();
 
   // Notices: count - ordinal of the newest notice at or below the last read id.
   int64_t read[2];
@@ -672,7 +703,8 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
 Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
   std::string key;
   EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
-  rocksdb::DB* db = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.get();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  rocksdb::DB* db = db_ref.get();
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
   FeedSnapshot snap;
@@ -706,7 +738,8 @@ Result<bool> StateStore::MaybeViewed(uint64_t post_id, uint64_t user_id) const {
   std::string key;
   EncodeViewChunkKey(probe.table_id, probe.chunk, &key);
   rocksdb::PinnableSlice chunk;
-  rocksdb::Status s = p->rep_->db->Get(rocksdb::ReadOptions(), p->rep_->db->DefaultColumnFamily(), key, &chunk);
+  std::shared_ptr<rocksdb::DB> db = p->rep_->db.load();
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &chunk);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocks(s, "reading viewed chunk");
   return ViewedTables::TestBits(probe, std::string_view(chunk.data(), chunk.size()));
@@ -717,7 +750,7 @@ Status StateStore::CompactAll() {
   for (const auto& p : rep_->partitions) {
     rocksdb::CompactRangeOptions o;
     o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-    TALLY_RETURN_IF_ERROR(FromRocks(p->rep_->db->CompactRange(o, nullptr, nullptr),
+    TALLY_RETURN_IF_ERROR(FromRocks(p->rep_->db.load()->CompactRange(o, nullptr, nullptr),
                                     fmt::format("partition {}: compacting", p->id())));
   }
   return Status::Ok();
@@ -738,8 +771,28 @@ Status StateStore::CatchUp() {
   if (!rep_->options.read_only) return Status::Ok();
   std::lock_guard<std::mutex> l(rep_->catch_up_mu);
   for (const auto& p : rep_->partitions) {
-    TALLY_RETURN_IF_ERROR(FromRocks(p->rep_->db->TryCatchUpWithPrimary(),
-                                    fmt::format("partition {}: catching up", p->id())));
+    Partition::Rep& r = *p->rep_;
+    // A writer that reopened (after a crash, say) recovered its WAL into a
+    // new SST file, while this secondary may hold the same WAL replayed in
+    // its memtable: catching up would count those merges twice. So when the
+    // writer's manifest changed, open a fresh secondary instead (readers
+    // still holding the old one finish with it). Checked before and after
+    // catching up, so a reopen racing the catch-up is seen at once.
+    bool reopen = ReadCurrentFile(r.path) != r.current;
+    if (!reopen) {
+      TALLY_RETURN_IF_ERROR(FromRocks(r.db.load()->TryCatchUpWithPrimary(),
+                                      fmt::format("partition {}: catching up", p->id())));
+      reopen = ReadCurrentFile(r.path) != r.current;
+    }
+    if (!reopen) continue;
+    std::string current = ReadCurrentFile(r.path);
+    rocksdb::DB* raw = nullptr;
+    std::string secondary = fmt::format("{}.{}", r.secondary_base, ++r.generation);
+    TALLY_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenAsSecondary(rep_->db_options, r.path, secondary, &raw),
+                                    fmt::format("partition {}: reopening after its writer restarted", p->id())));
+    r.db.store(std::shared_ptr<rocksdb::DB>(raw));
+    r.current = std::move(current);
+    TALLY_LOG_INFO("store", "partition {}: its writer reopened the database; following it afresh", p->id());
   }
   return Status::Ok();
 }

@@ -137,6 +137,36 @@ TEST_F(StateStoreTest, ReadOnlyStoreFollowsWriterAfterCatchUp) {
   EXPECT_EQ(uc->posts, 4);
 }
 
+// A reader following a writer that closes and reopens (as after a crash:
+// the WAL is recovered and flushed) must not count the recovered merges
+// twice.
+TEST_F(StateStoreTest, ReadOnlyStoreSurvivesItsWriterReopening) {
+  auto writer = OpenOrDie();
+  StoreOptions ro = options_;
+  ro.read_only = true;
+  auto reader_r = StateStore::Open(ro);
+  ASSERT_TRUE(reader_r.ok()) << reader_r.status().ToString();
+  auto reader = std::move(reader_r).value();
+  const uint32_t p = schemas::PartitionOf(5, 4);
+  for (int i = 0; i < 3; i++) {
+    PartitionBatch b;
+    CounterOp ops[3] = {CounterOp::Add(1), {}, {}};
+    b.MergeUserCounters(5, ops);
+    ASSERT_TRUE(writer->partition(p)->Commit(&b).ok());
+  }
+  ASSERT_TRUE(reader->CatchUp().ok());
+  EXPECT_EQ(reader->GetUserCounts(5)->posts, 3);
+  writer.reset();
+  writer = OpenOrDie();
+  PartitionBatch b;
+  CounterOp ops[3] = {CounterOp::Add(1), {}, {}};
+  b.MergeUserCounters(5, ops);
+  ASSERT_TRUE(writer->partition(p)->Commit(&b).ok());
+  for (int i = 0; i < 3; i++) ASSERT_TRUE(reader->CatchUp().ok());
+  EXPECT_EQ(reader->GetUserCounts(5)->posts, 4);
+  EXPECT_EQ(writer->GetUserCounts(5)->posts, 4);
+}
+
 TEST_F(StateStoreTest, RecordsClusterIdentity) {
   {
     auto store = OpenOrDie();
