@@ -304,6 +304,11 @@ struct StateStore::Rep {
   std::mutex catch_up_mu;
   std::unique_ptr<InactivePurgeFilter> purge;
   rocksdb::Options db_options;  // kept to reopen read-only partitions
+
+  // The database of the partition that owns `entity`, held for the caller.
+  std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
+    return partitions[schemas::PartitionOf(entity, static_cast<uint32_t>(partitions.size()))]->rep_->db.load();
+  }
 };
 
 StateStore::StateStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -507,7 +512,7 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     values.resize(idx.size());
     statuses.assign(idx.size(), rocksdb::Status());
     std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
-  rocksdb::DB* db = db_ref.get();
+    rocksdb::DB* db = db_ref.get();
     db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
                  statuses.data());
     for (size_t k = 0; k < idx.size(); k++) {
@@ -557,7 +562,7 @@ Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, i
 
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
   int64_t v[schemas::kUserFieldCount];
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUserCounters, user_id, v, schemas::kUserFieldCount, "user"));
   UserCounts uc;
@@ -570,7 +575,7 @@ Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
 
 Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
   UnreadCounters uc;
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUnreadCounters, user_id, uc.counts,
                                      schemas::kUnreadCounterKinds, "unread of user"));
@@ -584,7 +589,7 @@ Result<bool> StateStore::IsLiked(uint64_t post_id, uint64_t user_id) const {
 Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
   std::string prefix;
   EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   rocksdb::ReadOptions ro;
   std::string upper = prefix;
@@ -618,9 +623,9 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   if (!counters.ok()) return counters.status();
   view.counters = *counters;
   const uint32_t n = partitions();
-  std::shared_ptr<rocksdb::DB> udb_ref = rep_->partitions[schemas::PartitionOf(user_id, n)]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
   rocksdb::DB* udb = udb_ref.get();
-  std::shared_ptr<rocksdb::DB> gdb_ref = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
   rocksdb::DB* gdb = gdb_ref.get();
 
   // Notices: count - ordinal of the newest notice at or below the last read id.
@@ -703,7 +708,7 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
 Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
   std::string key;
   EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[schemas::PartitionOf(user_id, partitions())]->rep_->db.load();
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
