@@ -18,9 +18,9 @@ from tallyctl import log  # noqa: E402
 PATHS = ["/v1/posts/%d/counts" % p for p in range(1, 41)] + ["/v1/users/%d/counts" % u for u in range(1, 41)]
 
 
-def up(h, port, http_port, log_name):
+def up(h, port, http_port, log_name, extra=()):
     argv = [h.tally, "up", "--port", port, "--state-dir", h.path("state"), "--http", "127.0.0.1:%d" % http_port,
-            "--partitions", 4]
+            "--partitions", 4] + list(extra)
     p = h.spawn("tally up", argv, log_name)
     client = tallyctl.Http("127.0.0.1:%d" % http_port)
     tallyctl.wait_healthy(client, timeout=120, proc=p)
@@ -41,7 +41,10 @@ def main():
         rc, clean = p1.stop(grace=30)
         h.check(clean and rc == 0, "first tally up on SIGTERM: exit %s" % rc)
 
-        p2, client = up(h, port, http_port, "up2.log")
+        # Restarted with a token on the write endpoints (--auth-token-file).
+        with open(h.path("token"), "w") as f:
+            f.write("e2e-secret\n")
+        p2, client = up(h, port, http_port, "up2.log", extra=["--auth-token-file", h.path("token")])
         after = {path: client.get(path).text() for path in PATHS}
         diff = [k for k in PATHS if before[k] != after[k]]
         h.check(not diff, "counts changed across the restart at %s: %s -> %s" % (
@@ -50,10 +53,21 @@ def main():
             lines = [l for l in f if "new embedded broker log" in l]
         h.check(len(lines) == 1, "expected one line saying the embedded log is new, found %d" % len(lines))
 
+        event = '{"type":"view","ts":1,"post_id":1}'
+        r = client.post("/v1/events", event)
+        h.check(r.status == 401 and r.json()["error"]["code"] == "unauthorized"
+                and r.headers.get("www-authenticate", "").startswith("Bearer"), "POST without the token: %r" % r)
+        r = client.post("/v1/events", event, headers={"Authorization": "Bearer wrong"})
+        h.check(r.status == 401, "POST with a wrong token: %r" % r)
+        r = client.post("/v1/users/1/unread/like/reset", headers={"Authorization": "Bearer e2e-secret"})
+        h.check(r.status == 202, "reset with the token: %r" % r)
+        h.check(client.get("/v1/posts/1/counts").status == 200, "reads need no token")
+
         # The new log is read from its start: new events count on top.
         produce(h, brokers, n, seed=2)
-        report = tallyctl.wait_lag_zero(client, timeout=120, proc=p2, min_input_end=n)
-        h.check(tallyctl.end_offsets(report) == n, "the new log holds %d records" % tallyctl.end_offsets(report))
+        report = tallyctl.wait_lag_zero(client, timeout=120, proc=p2, min_input_end=n + 1)
+        h.check(tallyctl.end_offsets(report) == n + 1, "the new log holds %d records (%d events and one reset)" % (
+            tallyctl.end_offsets(report), n))
         views_before = sum(int(before[p].split('"view":')[1].rstrip("}")) for p in PATHS if "posts" in p)
         views_after = sum(int(client.get(p).text().split('"view":')[1].rstrip("}")) for p in PATHS if "posts" in p)
         h.check(views_after > views_before, "views did not grow after the restart: %d -> %d" % (views_before,
