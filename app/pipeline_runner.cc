@@ -13,32 +13,34 @@ PipelineRunner::~PipelineRunner() { Stop(); }
 
 void PipelineRunner::Start() {
   running_.store(true);
+  // A stage that stops with an error stops the process: a restart resumes
+  // from the committed offsets and the state's marks.
+  auto spawn = [this](auto run_stage) {
+    threads_.emplace_back([this, run_stage] {
+      if (!run_stage().ok()) {
+        failed_.store(true);
+        base::RequestShutdown();
+      }
+    });
+  };
   if (options_.run_router) {
-    threads_.emplace_back([this] {
+    spawn([this] {
       aggregator::RouterOptions ro;
       ro.kafka = options_.kafka;
       ro.input_topics = options_.input_topics;
       ro.group = options_.group;
       ro.deltas_partitions = options_.deltas_partitions;
-      aggregator::Router router(ro);
-      if (!router.Run(&stop_).ok()) {
-        failed_.store(true);
-        base::RequestShutdown();
-      }
+      return aggregator::Router(ro).Run(&stop_);
     });
   }
   if (options_.run_applier) {
-    threads_.emplace_back([this] {
+    spawn([this] {
       aggregator::ApplierOptions ao;
       ao.kafka = options_.kafka;
       ao.group = options_.group;
       ao.flush_ms = options_.flush_ms;
       ao.key_budget = options_.key_budget;
-      aggregator::Applier applier(ao, store_);
-      if (!applier.Run(&stop_).ok()) {
-        failed_.store(true);
-        base::RequestShutdown();
-      }
+      return aggregator::Applier(ao, store_).Run(&stop_);
     });
   }
 }
