@@ -1,0 +1,132 @@
+// bench_util: the pieces tally-bench is made of. Child processes (tally,
+// redis-server, wrk, redis-benchmark) with their CPU and memory read from
+// /proc, a small blocking HTTP/1.1 client, a pipelined RESP writer for the
+// Redis baselines, and latency percentiles.
+//
+// Thread model: every class is externally synchronized unless it says
+// otherwise.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tally::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A loopback TCP port nobody listens on right now.
+int FreePort();
+
+// True once something accepts TCP connections on 127.0.0.1:port, waiting at
+// most `timeout_s`.
+bool WaitForPort(int port, double timeout_s);
+
+// A child process. Its stdout and stderr go to `log_path`. The destructor
+// kills (SIGKILL) a child still running.
+class Process {
+ public:
+  Process() = default;
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  base::Status Start(const std::vector<std::string>& argv, const std::string& log_path);
+  pid_t pid() const { return pid_; }
+  bool running();
+  // SIGTERM, then SIGKILL after `grace_s`. Returns the exit status as
+  // waitpid() gives it, or -1.
+  int Stop(double grace_s = 10);
+  // Waits for the child to exit on its own; -1 on timeout (child left running).
+  int Wait(double timeout_s);
+
+  // user+system CPU seconds so far (from /proc/PID/stat; 0 once reaped).
+  double CpuSeconds() const;
+  // Current and peak resident set size in bytes (/proc/PID/status).
+  uint64_t RssBytes() const;
+  uint64_t PeakRssBytes() const;
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+// Runs argv to completion, returning its stdout (stderr goes to `log_path`).
+base::Result<std::string> RunCapture(const std::vector<std::string>& argv, const std::string& log_path,
+                                     double timeout_s);
+
+// Bytes of all regular files under `dir` (recursively), and of those whose
+// name ends with `suffix` when it is not empty.
+uint64_t DirBytes(const std::string& dir, std::string_view suffix = {});
+
+// A blocking HTTP/1.1 client on one keep-alive connection to 127.0.0.1:port.
+class HttpClient {
+ public:
+  explicit HttpClient(int port) : port_(port) {}
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // GET `target`; fills *status and *body. Reconnects once if the
+  // connection was closed. IOError when no answer comes within timeout.
+  base::Status Get(std::string_view target, int* status, std::string* body, double timeout_s = 5);
+
+ private:
+  base::Status Connect();
+  int port_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// Writes RESP commands to one Redis connection while a reader thread counts
+// the replies: the fastest way a client can apply a known list of commands.
+class RedisPipe {
+ public:
+  // Appends one command (array of bulk strings) to the outgoing buffer.
+  void Add(std::initializer_list<std::string_view> args);
+  size_t commands() const { return commands_; }
+  size_t bytes() const { return out_.size(); }
+
+  // Connects to 127.0.0.1:port, sends everything queued, waits for every
+  // reply. *errors counts error replies. Returns the seconds from the first
+  // byte sent to the last reply read.
+  base::Result<double> Send(int port, uint64_t* errors);
+
+ private:
+  std::string out_;
+  size_t commands_ = 0;
+};
+
+// One request/reply to Redis (INFO, FLUSHALL, CONFIG): the reply's payload.
+base::Result<std::string> RedisCommand(int port, std::initializer_list<std::string_view> args);
+
+// Percentiles of a sample set, in the unit they were added in.
+class Samples {
+ public:
+  void Add(double v) {
+    v_.push_back(v);
+    sorted_ = false;
+  }
+  size_t size() const { return v_.size(); }
+  // p in [0, 100]; 0 when empty. Sorts on first use after Add().
+  double Percentile(double p);
+
+ private:
+  std::vector<double> v_;
+  bool sorted_ = false;
+};
+
+// The value of "key": in a flat JSON object, as a number; NaN if absent.
+double JsonNumber(std::string_view json, std::string_view key);
+
+}  // namespace tally::bench
