@@ -2,8 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <deque>
 #include <map>
-#include <mutex>
 
 #include "aggregator/event_router.h"
 #include "base/clock.h"
@@ -18,6 +18,8 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "router";
+constexpr size_t kMaxDeltasMessageBytes = 512 << 10;
+constexpr size_t kMaxGenerationsInFlight = 8;
 }
 
 struct Router::Rep {
@@ -31,13 +33,26 @@ struct Router::Rep {
   schemas::EventParser parser;
   schemas::Event event;
 
-  // Next offset to commit per input partition, once the flush in flight is acknowledged.
-  std::map<std::pair<std::string, int32_t>, int64_t> pending_offsets;
+  // What one flush published: the records it covers (next offset per input
+  // partition) and how many of its messages the broker has not yet
+  // acknowledged. Flushes are pipelined: routing goes on while they are in
+  // flight, and a flush's offsets are committed once it and every flush
+  // before it are acknowledged, so a committed offset never runs ahead of a
+  // delta or dead letter that is not in the log.
+  using Offsets = std::map<std::pair<std::string, int32_t>, int64_t>;
+  struct Generation {
+    uint64_t id = 0;
+    int64_t outstanding = 0;  // messages produced and not yet acknowledged
+    bool sealed = false;      // no more messages will be added
+    Offsets offsets;
+  };
+  std::deque<Generation> generations;  // oldest first; the back one is open
+  uint64_t next_generation = 0;
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
+  size_t largest_batch = 0;  // encoded bytes of the largest deltas batch being built
 
-  std::mutex failure_mu;
-  std::string first_failure;  // first delivery failure since the last flush
+  std::string first_failure;  // first delivery failure; nothing after it is committed
   Status fatal;               // set by callbacks, returned by Run
 
   base::Counter* events_total;
@@ -54,11 +69,23 @@ struct Router::Rep {
     messages_total = m.GetCounter("tally_router_delta_messages_total", "Delta batch messages published");
   }
 
+  Generation& Open() {
+    if (generations.empty() || generations.back().sealed) {
+      generations.emplace_back();
+      generations.back().id = next_generation++;
+    }
+    return generations.back();
+  }
+
+  // Delivery reports are served by rd_kafka_poll()/rd_kafka_flush() on the
+  // router's own thread.
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
-    if (!m->err) return;
     auto* self = static_cast<Rep*>(opaque);
-    std::lock_guard<std::mutex> l(self->failure_mu);
-    if (self->first_failure.empty()) {
+    uint64_t id = reinterpret_cast<uintptr_t>(m->_private);
+    if (!self->generations.empty() && id >= self->generations.front().id) {
+      self->generations[id - self->generations.front().id].outstanding--;
+    }
+    if (m->err && self->first_failure.empty()) {
       self->first_failure = fmt::format("delivery to {}/{} failed: {}", rd_kafka_topic_name(m->rkt),
                                         m->partition, rd_kafka_err2str(m->err));
     }
@@ -82,8 +109,11 @@ struct Router::Rep {
     rd_kafka_assign(rk, nullptr);
   }
 
+  // Produces one message of the open generation.
   Status Produce(const std::string& topic, int32_t partition, const std::string& value,
                  rd_kafka_headers_t* headers) {
+    Generation& g = Open();
+    void* opaque = reinterpret_cast<void*>(static_cast<uintptr_t>(g.id));
     for (;;) {
       rd_kafka_resp_err_t err;
       if (headers) {
@@ -91,12 +121,17 @@ struct Router::Rep {
                                 RD_KAFKA_V_PARTITION(partition),
                                 RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
                                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers),
-                                RD_KAFKA_V_END);
+                                RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
       } else {
         err = rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
                                 RD_KAFKA_V_PARTITION(partition),
                                 RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
+                                RD_KAFKA_V_END);
+      }
+      if (!err) {
+        g.outstanding++;
+        return Status::Ok();
       }
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
         rd_kafka_poll(producer.get(), 50);
@@ -132,37 +167,46 @@ struct Router::Rep {
       SendToDlq(m, st.message());
     } else {
       deltas_total->Inc(router.Route(event, topic, m->partition, m->offset, &builders));
+      // One mention can fan out to 100 deltas: keep every deltas message
+      // well under the broker's message.max.bytes (1 MB by default).
+      for (const auto& b : builders) largest_batch = std::max(largest_batch, b.ByteSize());
     }
-    pending_offsets[{topic, m->partition}] = m->offset + 1;
+    Open().offsets[{topic, m->partition}] = m->offset + 1;
     if (first_pending_ms < 0) first_pending_ms = base::SteadyMs();
     pending_bytes += m->len;
   }
 
-  // Publishes every built batch, waits for the broker to acknowledge all of
-  // them (and the DLQ records), then commits the input offsets they cover.
-  Status Flush(bool sync_commit) {
-    if (pending_offsets.empty()) return Status::Ok();
+  // Publishes every built batch as the open generation's messages and seals
+  // it; does not wait for the broker.
+  Status Seal() {
+    if (generations.empty() || generations.back().sealed) return Status::Ok();
     for (uint32_t d = 0; d < builders.size(); d++) {
       if (builders[d].empty()) continue;
       std::string value = builders[d].Finish();
       TALLY_RETURN_IF_ERROR(Produce(o.deltas_topic, static_cast<int32_t>(d), value, nullptr));
       messages_total->Inc();
     }
-    for (;;) {
-      rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
-      if (!err) break;
-      TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge {} deltas messages",
-                     rd_kafka_outq_len(producer.get()));
+    generations.back().sealed = true;
+    first_pending_ms = -1;
+    pending_bytes = 0;
+    largest_batch = 0;
+    return Status::Ok();
+  }
+
+  // Commits the offsets of the acknowledged generations, oldest first, and
+  // forgets them. After a delivery failure nothing more is committed: a
+  // restart re-routes from the last committed offsets (the applier drops
+  // what it already has).
+  Status Reap(bool sync_commit) {
+    if (!first_failure.empty()) return Status::Unavailable(first_failure);
+    Offsets done;
+    while (!generations.empty() && generations.front().sealed && generations.front().outstanding == 0) {
+      for (const auto& [tp, next] : generations.front().offsets) done[tp] = next;
+      generations.pop_front();
     }
-    {
-      std::lock_guard<std::mutex> l(failure_mu);
-      if (!first_failure.empty()) {
-        // Do not commit: a restart re-routes from the last committed offsets.
-        return Status::Unavailable(first_failure);
-      }
-    }
-    base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(pending_offsets.size())));
-    for (const auto& [tp, next] : pending_offsets) {
+    if (done.empty()) return Status::Ok();
+    base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
+    for (const auto& [tp, next] : done) {
       rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
     }
     rd_kafka_resp_err_t err = rd_kafka_commit(consumer.get(), list.get(), sync_commit ? 0 : 1);
@@ -170,10 +214,20 @@ struct Router::Rep {
       // The deltas are safe in the log; an uncommitted offset only means re-routing later.
       TALLY_LOG_WARN(kLog, "committing input offsets: {}", rd_kafka_err2str(err));
     }
-    pending_offsets.clear();
-    first_pending_ms = -1;
-    pending_bytes = 0;
     return Status::Ok();
+  }
+
+  // Publishes what is routed, waits until the broker has acknowledged every
+  // message in flight, then commits all of it (on revocation and at stop).
+  Status Flush(bool sync_commit) {
+    TALLY_RETURN_IF_ERROR(Seal());
+    for (;;) {
+      rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
+      if (!err) break;
+      TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge {} deltas messages",
+                     rd_kafka_outq_len(producer.get()));
+    }
+    return Reap(sync_commit);
   }
 };
 
@@ -206,6 +260,12 @@ Status Router::Run(const std::atomic<bool>* stop) {
   auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group},
                                                {"enable.auto.commit", "false"},
                                                {"auto.offset.reset", "earliest"},
+                                               // Freshness: a fetch that finds nothing new comes back
+                                               // within 10 ms. Kafka answers a long poll as soon as data
+                                               // arrives, but the embedded broker holds an empty fetch for
+                                               // the whole wait (500 ms by default) and lets the record
+                                               // that arrives meanwhile wait with it.
+                                               {"fetch.wait.max.ms", "10"},
                                                {"client.id", "tally-router"}});
   if (!cconf.ok()) return cconf.status();
   rd_kafka_conf_set_rebalance_cb(cconf->get(), &Rep::OnRebalance);
@@ -241,10 +301,18 @@ Status Router::Run(const std::atomic<bool>* stop) {
     }
     rd_kafka_poll(r.producer.get(), 0);
     if (r.first_pending_ms >= 0 &&
-        (base::SteadyMs() - r.first_pending_ms >= r.o.linger_ms || r.pending_bytes >= r.o.max_batch_bytes)) {
-      result = r.Flush(/*sync_commit=*/false);
+        (base::SteadyMs() - r.first_pending_ms >= r.o.linger_ms || r.pending_bytes >= r.o.max_batch_bytes ||
+         r.largest_batch >= kMaxDeltasMessageBytes)) {
+      result = r.Seal();
       if (!result.ok()) break;
+      // Bounded pipeline: with too many flushes in flight, wait for the oldest.
+      while (r.generations.size() > kMaxGenerationsInFlight && r.first_failure.empty() &&
+             r.generations.front().outstanding > 0) {
+        rd_kafka_poll(r.producer.get(), 10);
+      }
     }
+    result = r.Reap(/*sync_commit=*/false);
+    if (!result.ok()) break;
   }
   if (result.ok() && !r.fatal.ok()) result = r.fatal;
   if (result.ok()) result = r.Flush(/*sync_commit=*/true);

@@ -28,7 +28,7 @@ struct RouterOptions {
   std::string dlq_topic = "tally.dlq";
   uint32_t deltas_partitions = 0;     // required: partition count of deltas_topic
   int linger_ms = 20;                 // longest a routed record waits to be published
-  size_t max_batch_bytes = 256 << 10; // a deltas message is cut at about this size
+  size_t max_batch_bytes = 1 << 20;   // input bytes routed before a flush is forced
 };
 
 class Router {
