@@ -14,7 +14,7 @@ int RunAggregate(int argc, char** argv) {
   CommonFlags f;
   f.brokers = "127.0.0.1:9092";
   std::string role = "both";
-  int64_t flush_ms = 50, key_budget = 200000;
+  int64_t flush_ms = 20, key_budget = 200000;
   base::FlagSet fs(command,
                    "Runs the aggregator against --brokers: the router (input topics -> tally.deltas, invalid "
                    "records -> tally.dlq) and/or the applier (tally.deltas -> the state in --state-dir).");
@@ -22,7 +22,7 @@ int RunAggregate(int argc, char** argv) {
   AddTopicFlags(&fs, &f);
   AddStateFlags(&fs, &f);
   fs.String("role", &role, "router, applier or both");
-  fs.Int("flush-ms", &flush_ms, "applier window length in milliseconds");
+  fs.Int("flush-ms", &flush_ms, "applier window once caught up, milliseconds (a backlog stretches windows to 10x)");
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Int("partitions", &f.partitions, "partitions of tally's topics when creating them on a real cluster");
   fs.Bool("reset-offsets", &f.reset_offsets,

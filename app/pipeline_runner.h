@@ -19,7 +19,7 @@ struct PipelineOptions {
   uint32_t deltas_partitions = 0;
   bool run_router = true;
   bool run_applier = true;
-  int flush_ms = 50;
+  int flush_ms = 20;
   size_t key_budget = 200000;
 };
 

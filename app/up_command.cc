@@ -21,7 +21,7 @@ int RunUp(int argc, char** argv) {
   const std::string command = "tally up";
   CommonFlags f;
   std::string http = "127.0.0.1:8080";
-  int64_t port = 9092, http_threads = 2, flush_ms = 50, key_budget = 200000;
+  int64_t port = 9092, http_threads = 2, flush_ms = 20, key_budget = 200000;
   base::FlagSet fs(command,
                    "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
                    "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "
@@ -34,7 +34,7 @@ int RunUp(int argc, char** argv) {
   fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
   fs.String("http", &http, "HTTP listen address HOST:PORT");
   fs.Int("http-threads", &http_threads, "HTTP I/O threads");
-  fs.Int("flush-ms", &flush_ms, "applier window length in milliseconds");
+  fs.Int("flush-ms", &flush_ms, "applier window once caught up, milliseconds (a backlog stretches windows to 10x)");
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");

@@ -224,8 +224,15 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   r.last_flush_ms = base::SteadyMs();
 
   Status result = Status::Ok();
+  // A window ends --flush-ms after the last one once the consumer has caught
+  // up (a poll found nothing), so fresh deltas become visible quickly; while
+  // a backlog keeps every poll busy it grows to 10x that (or the key budget),
+  // so hot keys coalesce more and RocksDB sees fewer, larger batches.
+  const int64_t max_window_ms = static_cast<int64_t>(r.o.flush_ms) * 10;
+  bool caught_up = false;
   while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
     base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
+    if (!m) caught_up = true;
     if (m) {
       if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
         result = Status::OutOfRange(fmt::format(
@@ -240,13 +247,23 @@ Status Applier::Run(const std::atomic<bool>* stop) {
       } else {
         result = r.HandleMessage(m.get());
         if (!result.ok()) break;
+        // The last message the broker has for this partition (as of the
+        // latest fetch) also means caught up, for a steady stream that never
+        // leaves a poll empty.
+        int64_t low = 0, high = 0;
+        if (rd_kafka_get_watermark_offsets(r.consumer.get(), rd_kafka_topic_name(m->rkt), m->partition, &low,
+                                           &high) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            m->offset + 1 >= high) {
+          caught_up = true;
+        }
       }
     }
     rd_kafka_poll(r.producer.get(), 0);
-    int64_t now = base::SteadyMs();
-    if (now - r.last_flush_ms >= r.o.flush_ms || r.PendingKeys() >= r.o.key_budget) {
+    int64_t elapsed = base::SteadyMs() - r.last_flush_ms;
+    if ((elapsed >= r.o.flush_ms && caught_up) || elapsed >= max_window_ms || r.PendingKeys() >= r.o.key_budget) {
       result = r.FlushAll();
       if (!result.ok()) break;
+      caught_up = false;
     }
   }
   if (result.ok() && !r.fatal.ok()) result = r.fatal;

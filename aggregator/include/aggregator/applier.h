@@ -24,7 +24,7 @@ struct ApplierOptions {
   base::KafkaOptions kafka;
   std::string group = "tally";  // the applier joins "<group>-applier"
   std::string deltas_topic = "tally.deltas";
-  int flush_ms = 50;             // window length
+  int flush_ms = 20;             // window length once caught up (a backlog stretches it to 10x)
   size_t key_budget = 200000;    // a window is cut early when it touches this many keys
 };
 
