@@ -1,5 +1,7 @@
 #include "pipeline_runner.h"
 
+#include <pthread.h>
+
 #include "aggregator/applier.h"
 #include "aggregator/router.h"
 #include "base/shutdown.h"
@@ -15,8 +17,10 @@ void PipelineRunner::Start() {
   running_.store(true);
   // A stage that stops with an error stops the process: a restart resumes
   // from the committed offsets and the state's marks.
-  auto spawn = [this](auto run_stage) {
-    threads_.emplace_back([this, run_stage] {
+  // Named threads, so `top -H` and perf tell the stages apart.
+  auto spawn = [this](const char* name, auto run_stage) {
+    threads_.emplace_back([this, name, run_stage] {
+      pthread_setname_np(pthread_self(), name);
       if (!run_stage().ok()) {
         failed_.store(true);
         base::RequestShutdown();
@@ -24,7 +28,7 @@ void PipelineRunner::Start() {
     });
   };
   if (options_.run_router) {
-    spawn([this] {
+    spawn("tally-router", [this] {
       aggregator::RouterOptions ro;
       ro.kafka = options_.kafka;
       ro.input_topics = options_.input_topics;
@@ -34,7 +38,7 @@ void PipelineRunner::Start() {
     });
   }
   if (options_.run_applier) {
-    spawn([this] {
+    spawn("tally-applier", [this] {
       aggregator::ApplierOptions ao;
       ao.kafka = options_.kafka;
       ao.group = options_.group;

@@ -1,6 +1,8 @@
 // The only file of tally that includes RESTinio (it compiles slowly).
 #include "query/http_server.h"
 
+#include <pthread.h>
+
 #include <fmt/core.h>
 
 #include <atomic>
@@ -317,7 +319,8 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
         fmt::format("http: cannot listen on {}: {}", options.listen, e.what()));
   }
   for (int i = 0; i < options.threads; i++) {
-    self->threads.emplace_back([self] {
+    self->threads.emplace_back([self, i] {
+      pthread_setname_np(pthread_self(), fmt::format("tally-http-{}", i).substr(0, 15).c_str());
       // Handlers do not throw (OnRequest is noexcept); RESTinio's own
       // exceptions are caught per connection. Anything else is a bug.
       try {
