@@ -19,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "base/log.h"
 #include "counter_merge.h"
@@ -452,6 +453,12 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     rocksdb::Status s;
     std::string current;
     if (options.read_only) {
+      // The writer records the state (TALLY) before it creates the
+      // partitions: a reader started beside it waits for them a little.
+      for (int waited_ms = 0; !fs::exists(path + "/CURRENT", ec) && waited_ms < 30000; waited_ms += 100) {
+        if (waited_ms == 0) TALLY_LOG_INFO("store", "waiting for the writer to create {}", path);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       current = ReadCurrentFile(path);
       s = rocksdb::DB::OpenAsSecondary(db_options, path, rep->secondary_dir + "/" + PartitionDirName(i) + ".0", &raw);
     } else {
