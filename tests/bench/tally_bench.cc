@@ -102,7 +102,9 @@ struct Flags {
   int64_t block_cache_mb = 256;
   int64_t runs = 1;
   int64_t seed = 1;
+  int64_t freshness_rate = 0;  // 0: half the measured ingest rate
   bool keep = false;
+  std::vector<std::string> up_args;  // extra flags for tally up
 };
 
 // One workload's outcome. NaN means "not measured".
@@ -234,10 +236,11 @@ Status Bench::StartBroker() {
 
 Status Bench::StartUp() {
   http_port_ = FreePort();
-  return up_.Start(TallyArgs({"up", "--brokers", brokers_, "--state-dir", Path("state"), "--http",
+  auto argv = TallyArgs({"up", "--brokers", brokers_, "--state-dir", Path("state"), "--http",
                               fmt::format("127.0.0.1:{}", http_port_), "--partitions", std::to_string(f_.partitions),
-                              "--block-cache-mb", std::to_string(f_.block_cache_mb), "--log-level", "info"}),
-                   Path("up.log"));
+                              "--block-cache-mb", std::to_string(f_.block_cache_mb), "--log-level", "info"});
+  argv.insert(argv.end(), f_.up_args.begin(), f_.up_args.end());
+  return up_.Start(argv, Path("up.log"));
 }
 
 Result<std::string> Bench::Watermarks() {
@@ -506,7 +509,8 @@ Status Bench::Freshness(Result_* r) {
   r->workload = "freshness";
   r->unit = "events/s";
   r->target = "p99 <= 250 ms";
-  double rate = std::max(1000.0, std::floor(ingest_rate_ / 2));
+  double rate = f_.freshness_rate > 0 ? static_cast<double>(f_.freshness_rate)
+                                      : std::max(1000.0, std::floor(ingest_rate_ / 2));
   uint64_t total = static_cast<uint64_t>(rate * static_cast<double>(f_.seconds + 2));
   Progress(fmt::format("freshness: {:.0f} events/s for {} s, a probe every 10 ms", rate, f_.seconds));
 
@@ -542,9 +546,10 @@ Status Bench::Freshness(Result_* r) {
         std::lock_guard<std::mutex> l(mu);
         now = outstanding;
       }
+      // One poll every 2 ms at most: the poller must not be the load.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
       if (now.empty()) {
         if (stop) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
       if (now.size() > 200) now.resize(200);
@@ -1088,7 +1093,9 @@ int Main(int argc, char** argv) {
   flags.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache of tally up/serve/replay, MiB");
   flags.Int("runs", &f.runs, "run everything this many times and report the medians");
   flags.Int("seed", &f.seed, "seed of the synthetic workload");
+  flags.Int("freshness-rate", &f.freshness_rate, "freshness: events/s of the steady load (0: half the ingest rate)");
   flags.Bool("keep", &f.keep, "keep the work directory");
+  flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
   bool help = false;
   if (auto st = flags.Parse(argc - 1, argv + 1, &help); !st.ok() || help) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(), flags.Usage().c_str());
