@@ -1,5 +1,7 @@
 #include "query/query_service.h"
 
+#include <pthread.h>
+
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
@@ -302,9 +304,17 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
   info_body_.append("],\"state_dir\":");
   AppendJsonString(&info_body_, info.state_dir);
   fmt::format_to(std::back_inserter(info_body_), ",\"partitions\":{}}}", info.partitions);
+  if (options_.store->options().read_only) follower_ = std::thread([this] { FollowWriter(); });
 }
 
-QueryService::~QueryService() = default;
+QueryService::~QueryService() {
+  {
+    std::lock_guard<std::mutex> l(follow_mu_);
+    stopping_ = true;
+  }
+  follow_cv_.notify_all();
+  if (follower_.joinable()) follower_.join();
+}
 
 bool QueryService::MayBlock(std::string_view method, std::string_view target) {
   if (method == kPost) return true;  // publishes wait for the broker's acks
@@ -385,7 +395,6 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
   }
   if (m.route == kEvents) return HandleEvents(request);
   if (m.route == kPostCountsBatch) {
-    MaybeCatchUp();
     return HandlePostCountsBatch(m.query);
   }
 
@@ -400,7 +409,6 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
   store::StateStore* store = options_.store;
   switch (m.route) {
     case kPostCounts: {
-      MaybeCatchUp();
       std::vector<store::PostCounts> counts;
       base::Status st = store->GetPostCounts(std::span<const uint64_t>(&id1, 1), &counts);
       if (!st.ok()) return ErrorResponse(st.WithContext(fmt::format("post {}", id1)));
@@ -410,7 +418,6 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
       return JsonResponse(200, std::move(body));
     }
     case kPostLike: {
-      MaybeCatchUp();
       auto liked = store->IsLiked(id1, id2);
       if (!liked.ok()) {
         return ErrorResponse(liked.status().WithContext(fmt::format("like {}/{}", id1, id2)));
@@ -418,13 +425,11 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
       return JsonResponse(200, *liked ? "{\"liked\":true}" : "{\"liked\":false}");
     }
     case kPostView: {
-      MaybeCatchUp();
       auto viewed = store->MaybeViewed(id1, id2);
       if (!viewed.ok()) return ErrorResponse(viewed.status().WithContext(fmt::format("post {}", id1)));
       return JsonResponse(200, *viewed ? "{\"viewed\":true}" : "{\"viewed\":false}");
     }
     case kUserCounts: {
-      MaybeCatchUp();
       auto c = store->GetUserCounts(id1);
       if (!c.ok()) return ErrorResponse(c.status().WithContext(fmt::format("user {}", id1)));
       std::string body;
@@ -436,7 +441,6 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
       return JsonResponse(200, std::move(body));
     }
     case kUserUnread: {
-      MaybeCatchUp();
       auto u = store->GetUnread(id1);
       if (!u.ok()) return ErrorResponse(u.status().WithContext(fmt::format("user {}", id1)));
       const int64_t* c = u->counters.counts;
@@ -460,7 +464,6 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
     case kUnreadReset:
       return HandleReset(id1, m.kind, m.query);
     case kFeedSnapshot: {
-      MaybeCatchUp();
       auto snap = store->GetFeedSnapshot(id1);
       if (!snap.ok()) return ErrorResponse(snap.status().WithContext(fmt::format("user {}", id1)));
       std::string body;
@@ -558,7 +561,6 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
   switch (kind) {
     case schemas::UnreadKind::kNotice: {
       // The reset marks everything up to the newest notice as read.
-      MaybeCatchUp();
       auto newest = options_.store->NewestNoticeId();
       if (!newest.ok()) return ErrorResponse(newest.status());
       if (*newest == 0) {
@@ -580,7 +582,6 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
     }
     case schemas::UnreadKind::kFeed: {
       // The snapshot: the current post counts of everyone the user follows.
-      MaybeCatchUp();
       auto now = options_.store->CurrentFolloweePosts(user_id);
       if (!now.ok()) return ErrorResponse(now.status().WithContext(fmt::format("user {}", user_id)));
       if (now->size() > schemas::kMaxSnapshotEntries) {
@@ -638,26 +639,21 @@ Response QueryService::HandleWatermarks() {
   return JsonResponse(200, std::move(body));
 }
 
-void QueryService::MaybeCatchUp() {
-  if (!options_.store->options().read_only) return;  // a writer's reads are always current
-  const int64_t now = base::SteadyMs();
-  if (now - last_catch_up_ms_.load(std::memory_order_relaxed) < options_.catch_up_interval_ms) {
-    return;
-  }
-  // One thread catches up; the others answer from what is there now rather
-  // than wait for it.
-  std::unique_lock<std::mutex> lock(catch_up_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  if (now - last_catch_up_ms_.load(std::memory_order_relaxed) < options_.catch_up_interval_ms) {
-    return;
-  }
-  base::Status st = options_.store->CatchUp();
-  const int64_t done = base::SteadyMs();
-  last_catch_up_ms_.store(done, std::memory_order_relaxed);
-  if (!st.ok() && done - last_catch_up_warning_ms_ >= 10000) {
-    last_catch_up_warning_ms_ = done;  // guarded by catch_up_mu_
-    TALLY_LOG_WARN("query", "catching up with the store's writer failed (answers may be stale): {}",
-                   st.ToString());
+void QueryService::FollowWriter() {
+  pthread_setname_np(pthread_self(), "tally-follow");
+  int64_t last_warning_ms = -1000000;
+  std::unique_lock<std::mutex> l(follow_mu_);
+  while (!follow_cv_.wait_for(l, std::chrono::milliseconds(options_.catch_up_interval_ms),
+                              [this] { return stopping_; })) {
+    l.unlock();
+    base::Status st = options_.store->CatchUp();
+    const int64_t now = base::SteadyMs();
+    if (!st.ok() && now - last_warning_ms >= 10000) {
+      last_warning_ms = now;
+      TALLY_LOG_WARN("query", "catching up with the store's writer failed (answers may be stale): {}",
+                     st.ToString());
+    }
+    l.lock();
   }
 }
 

@@ -439,6 +439,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
 
   if (options.read_only) {
     db_options.max_open_files = -1;  // required by secondary instances
+    // Each catch-up loads the handlers of new tables; with the default 16
+    // threads RocksDB starts and joins that many threads every time.
+    db_options.max_file_opening_threads = 1;
     std::random_device rd;
     rep->secondary_dir = fmt::format("{}/tally-secondary-{}-{:x}", fs::temp_directory_path().string(),
                                      ::getpid(), rd());

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,7 +88,9 @@ struct QueryServiceOptions {
   // "Authorization: Bearer <auth_token>" (else 401 unauthorized).
   std::string auth_token;
   // A read-only store (tally serve) follows its writer through
-  // StateStore::CatchUp(), called from a request thread at most this often.
+  // StateStore::CatchUp(), called this often by a thread of the service's
+  // own (never by a request: catching up reads the writer's manifest and
+  // WAL, which must not stall an answer).
   int catch_up_interval_ms = 50;
 };
 
@@ -125,7 +129,7 @@ class QueryService {
   Response HandleReset(uint64_t user_id, std::string_view kind, std::string_view query);
   Response HandlePostCountsBatch(std::string_view query);
   Response HandleWatermarks();
-  void MaybeCatchUp();
+  void FollowWriter();  // the catch-up thread of a read-only store
   void Record(int route_id, int status, int64_t start_ns);
 
   std::unique_ptr<ingest::EventsRequestParser> AcquireParser();
@@ -134,9 +138,10 @@ class QueryService {
   QueryServiceOptions options_;
   std::string info_body_;  // rendered once: the info never changes
 
-  std::atomic<int64_t> last_catch_up_ms_{0};
-  std::mutex catch_up_mu_;                       // one CatchUp() at a time; others skip it
-  int64_t last_catch_up_warning_ms_ = -1000000;  // guarded by catch_up_mu_
+  std::mutex follow_mu_;
+  std::condition_variable follow_cv_;
+  bool stopping_ = false;  // guarded by follow_mu_
+  std::thread follower_;
 
   std::mutex parsers_mu_;
   std::vector<std::unique_ptr<ingest::EventsRequestParser>> parsers_;
