@@ -353,7 +353,7 @@ Result<std::string> RedisCommand(int port, std::initializer_list<std::string_vie
   WriteAll(fd, cmd.data(), cmd.size());
   std::string buf;
   while (true) {
-    if (ReadSome(fd, &buf, 10000) <= 0) break;
+    if (ReadSome(fd, &buf, 120000) <= 0) break;
     size_t nl = buf.find("\r\n");
     if (nl == std::string::npos) continue;
     if (buf[0] != '$') break;
