@@ -127,8 +127,12 @@ struct Applier::Rep {
       }
     }
     if (any_derived) {
-      while (rd_kafka_flush(producer.get(), 1000)) {
-        TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge derived deltas");
+      for (int waited_s = 1; rd_kafka_flush(producer.get(), 1000); waited_s++) {
+        // Once, then every 30 s: an outage is reported by KafkaHealth.
+        if (waited_s % 30 == 1) {
+          TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
+                         waited_s);
+        }
       }
       std::lock_guard<std::mutex> l(failure_mu);
       if (!first_failure.empty()) return Status::Unavailable(first_failure);

@@ -148,11 +148,18 @@ struct Router::Rep {
       TALLY_RETURN_IF_ERROR(Produce(o.deltas_topic, static_cast<int32_t>(d), value, nullptr));
       messages_total->Inc();
     }
-    for (;;) {
+    for (int waited_s = 1;; waited_s++) {
       rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
       if (!err) break;
-      TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge {} deltas messages",
-                     rd_kafka_outq_len(producer.get()));
+      // Once, then every 30 s: an outage is reported by KafkaHealth.
+      if (waited_s % 30 == 1) {
+        auto first = pending_offsets.begin();
+        TALLY_LOG_WARN(kLog,
+                       "waiting {} s for the broker to acknowledge {} deltas messages; input offsets "
+                       "stay uncommitted (e.g. {}/{} from {})",
+                       waited_s, rd_kafka_outq_len(producer.get()), first->first.first, first->first.second,
+                       first->second);
+      }
     }
     {
       std::lock_guard<std::mutex> l(failure_mu);

@@ -48,8 +48,9 @@ class Feeder(threading.Thread):
     while the main thread kills it. kcat children die with this thread, which
     waits for each of them."""
 
-    def __init__(self, h, brokers, records, seed, seconds):
+    def __init__(self, h, brokers, records, seed, seconds, kcat_extra=()):
         super().__init__(daemon=True)
+        self.kcat_extra = list(kcat_extra)
         self.h, self.brokers, self.records = h, brokers, records
         self.rng = random.Random(seed)
         self.rate = len(records) / max(1.0, seconds)
@@ -73,7 +74,7 @@ class Feeder(threading.Thread):
 
     def _chunk(self, chunk):
         argv = [self.h.kcat, "-P", "-b", self.brokers, "-t", tallyctl.EVENTS_TOPIC, "-K", "\\t",
-                "-X", "enable.idempotence=true", "-q"]
+                "-X", "enable.idempotence=true", "-q"] + self.kcat_extra
         errlog = open(self.h.path("kcat.log"), "ab")
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=errlog, stderr=errlog,
                              preexec_fn=tallyctl._child_setup)
