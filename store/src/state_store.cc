@@ -410,6 +410,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   std::error_code ec;
   const std::string& dir = options.dir;
   uint32_t recorded_partitions = 0;
+  bool fresh = false;  // the TALLY file was written just now
   Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
   if (meta.code() == base::StatusCode::kNotFound) {
     if (options.partitions == 0) {
@@ -417,6 +418,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     }
     if (options.read_only) {
       return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
+    }
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+      return Status::FailedPrecondition(fmt::format("{} is not a directory", dir));
     }
     if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
       return Status::FailedPrecondition(
@@ -426,6 +430,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (ec) return Status::IOError(fmt::format("creating {}: {}", dir, ec.message()));
     TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
     recorded_partitions = options.partitions;
+    fresh = true;
   } else if (!meta.ok()) {
     return meta;
   }
@@ -438,7 +443,14 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   }
 
   rocksdb::Options db_options;
-  db_options.create_if_missing = !options.read_only;
+  // Only a state created just now gets new databases: in an existing one, a
+  // missing partition is damage to report, never an empty partition to
+  // count from (that would serve wrong counts silently).
+  db_options.create_if_missing = !options.read_only && fresh;
+  // A record torn by a crash at the end of the WAL is dropped (it was never
+  // acknowledged); a damaged record anywhere else fails the open instead of
+  // silently dropping everything after it.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   db_options.merge_operator = std::make_shared<CounterMergeOperator>();
   db_options.write_buffer_size = options.write_buffer_bytes;
   db_options.max_write_buffer_number = 3;
