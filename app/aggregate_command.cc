@@ -1,5 +1,6 @@
 // tally aggregate: the aggregator alone (router, applier or both).
 #include "aggregator/cluster_check.h"
+#include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "cli.h"
@@ -38,6 +39,7 @@ int RunAggregate(int argc, char** argv) {
   if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
   auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);
   if (!cluster.ok()) return Fail(command, cluster.status());
+  if (auto st = base::KafkaHealth::Global().StartProbe(po.kafka); !st.ok()) return Fail(command, st);
   std::unique_ptr<store::StateStore> store;
   if (role != "router") {
     auto s = OpenState(f, cluster->deltas_partitions, false);
@@ -60,6 +62,7 @@ int RunAggregate(int argc, char** argv) {
   TALLY_LOG_INFO("aggregate", "stopping");
   runner.Stop();
   store.reset();
+  base::KafkaHealth::Global().StopProbe();
   TALLY_LOG_INFO("aggregate", "stopped{}", runner.failed() ? " after an error" : "");
   return runner.failed() ? kExitFailure : kExitOk;
 }

@@ -204,6 +204,23 @@ void BootstrapForwarder::Run(uint32_t upstream_ip, uint16_t upstream_port) {
   std::list<Connection> conns;  // stable addresses while polling
   std::vector<pollfd> fds;
 
+  // A broker that is down refuses every connection: one line when that
+  // starts, one when it ends, not one per client retry.
+  int refused = 0;
+  auto upstream_failed = [&](int err) {
+    if (refused++ == 0) {
+      TALLY_LOG_WARN(kComponent, "forwarder {}: cannot connect to the broker: {}; closing "
+                     "bootstrap connections until it answers", address_, std::strerror(err));
+    }
+  };
+  auto upstream_ok = [&] {
+    if (refused > 0) {
+      TALLY_LOG_INFO(kComponent, "forwarder {}: the broker answers again ({} connections closed meanwhile)",
+                     address_, refused);
+      refused = 0;
+    }
+  };
+
   auto accept_all = [&] {
     for (;;) {
       int c = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -228,9 +245,9 @@ void BootstrapForwarder::Run(uint32_t upstream_ip, uint16_t upstream_port) {
       conn.upstream = u;
       if (connect(u, reinterpret_cast<sockaddr*>(&upstream), sizeof(upstream)) == 0) {
         conn.connecting = false;
+        upstream_ok();
       } else if (errno != EINPROGRESS) {
-        TALLY_LOG_WARN(kComponent, "forwarder {}: connect to broker: {}", address_,
-                       std::strerror(errno));
+        upstream_failed(errno);
         conn.dead = true;
       }
       connections_.fetch_add(1, std::memory_order_relaxed);
@@ -278,12 +295,12 @@ void BootstrapForwarder::Run(uint32_t upstream_ip, uint16_t upstream_port) {
           socklen_t len = sizeof(err);
           getsockopt(c.upstream, SOL_SOCKET, SO_ERROR, &err, &len);
           if (err != 0) {
-            TALLY_LOG_WARN(kComponent, "forwarder {}: connect to broker: {}", address_,
-                           std::strerror(err));
+            upstream_failed(err);
             c.dead = true;
             continue;
           }
           c.connecting = false;
+          upstream_ok();
         }
         if (cre & POLLERR) c.dead = true;
         continue;

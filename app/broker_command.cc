@@ -8,6 +8,7 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/shutdown.h"
+#include "broker_control.h"
 #include "cli.h"
 #include "commands.h"
 #include "embedded_broker.h"
@@ -25,12 +26,17 @@ int RunBroker(int argc, char** argv) {
       "127.0.0.1:--port, with tally's topics created, and prints its bootstrap address.\n"
       "The log lives in memory, keeps the newest ~5 MiB per partition and is gone when\n"
       "the broker stops. Consumer groups against it should use session.timeout.ms=6000\n"
-      "and heartbeat.interval.ms=500.");
+      "and heartbeat.interval.ms=500.\n"
+      "\n"
+      "Outage drills: SIGUSR1 takes the broker down (open connections are closed, new\n"
+      "ones refused, the log is kept), SIGUSR2 brings it back, e.g.\n"
+      "  kill -USR1 $(pidof tally); sleep 10; kill -USR2 $(pidof tally)");
   flags.Int("port", &port, "TCP port clients bootstrap from (0: a random port)");
   flags.Int("partitions", &partitions,
             "partitions of tally.events, tally.deltas and tally.dlq (tally.meta has 1)");
   flags.String("log-level", &log_level, "debug, info, warn, error or off");
   if (int rc = ParseFlagsOrExit(flags, command, argc, argv); rc >= 0) return rc;
+  InstallBrokerControlSignals();
   if (auto st = ApplyLogLevel(log_level); !st.ok()) return Fail(command, st, kExitUsage);
   if (port < 0 || port > 65535) {
     return Fail(command, base::Status::InvalidArgument("--port must be in 0..65535"), kExitUsage);
@@ -52,7 +58,7 @@ int RunBroker(int argc, char** argv) {
                  "consumer groups against the embedded broker should set session.timeout.ms=6000 "
                  "and heartbeat.interval.ms=500 (it completes a rebalance only after "
                  "session.timeout.ms - 1000)");
-  base::WaitForShutdown(-1);
+  ServeUntilShutdown(broker->get());
   TALLY_LOG_INFO("broker", "stop requested");
   (*broker)->Stop();
   return kExitOk;

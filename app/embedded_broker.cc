@@ -183,6 +183,14 @@ EmbeddedBroker::~EmbeddedBroker() = default;  // Rep stops
 
 void EmbeddedBroker::Stop() { rep_->Stop(); }
 
+base::Status EmbeddedBroker::SetAvailable(bool available) {
+  if (!rep_->mock) return base::Status::FailedPrecondition("embedded broker is stopped");
+  rd_kafka_resp_err_t err = available ? rd_kafka_mock_broker_set_up(rep_->mock, -1)
+                                      : rd_kafka_mock_broker_set_down(rep_->mock, -1);
+  return base::KafkaStatus(err, available ? "bringing the embedded broker up"
+                                          : "taking the embedded broker down");
+}
+
 const std::string& EmbeddedBroker::bootstrap() const { return rep_->bootstrap; }
 const std::string& EmbeddedBroker::broker_address() const { return rep_->broker_address; }
 const std::string& EmbeddedBroker::incarnation() const { return rep_->incarnation; }

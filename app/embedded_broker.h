@@ -70,6 +70,13 @@ class EmbeddedBroker {
   // by this object; null after Stop().
   rd_kafka_mock_cluster_t* mock() const;
 
+  // Takes every broker of the mock cluster down (available=false: open
+  // connections are closed, new ones refused, the log is kept) or brings
+  // them up again, as a real broker outage would. Clients of the forwarder
+  // are refused too while down (it cannot reach the mock). FailedPrecondition
+  // after Stop(); Internal if the mock refuses the command.
+  base::Status SetAvailable(bool available);
+
   // Stops the forwarder (closing its connections) and destroys the mock
   // cluster: its log is gone. Clients still connected see the broker go
   // down. Idempotent.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -115,6 +116,10 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
   o.read_only = read_only;
   o.sync_writes = f.sync;
   o.inactive_days = f.inactive_days;
+  // Fault drills and tests (not a flag: nobody should arm it by accident).
+  if (const char* fault = std::getenv("TALLY_STORE_FAULT_FILE"); fault && *fault && !read_only) {
+    o.fault_file = fault;
+  }
   uint32_t parts = partitions ? partitions : 1;
   o.viewed.budget_bytes = (static_cast<uint64_t>(std::max<int64_t>(f.viewed_mb, 1)) << 20) / parts;
   return store::StateStore::Open(o);

@@ -64,7 +64,9 @@ struct ClusterInfo {
 base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const CommonFlags& f, bool create_topics,
                                          int wait_ms);
 
-// Opens the state directory with `partitions` (0: as recorded).
+// Opens the state directory with `partitions` (0: as recorded). A writable
+// store honours TALLY_STORE_FAULT_FILE=PATH (fault drills and tests): every
+// RocksDB write fails while PATH exists.
 base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
                                                            bool read_only);
 

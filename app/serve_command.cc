@@ -2,6 +2,7 @@
 // a `tally aggregate` on this machine, or rebuilt by `tally replay`).
 #include <fmt/core.h>
 
+#include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "cli.h"
@@ -46,6 +47,7 @@ int RunServe(int argc, char** argv) {
   if (!f.brokers.empty()) {
     auto cluster = ConnectCluster(&kafka, f, /*create_topics=*/false, 30000);
     if (!cluster.ok()) return Fail(command, cluster.status());
+    if (auto st = base::KafkaHealth::Global().StartProbe(kafka); !st.ok()) return Fail(command, st);
     ingest::PublisherOptions pub;
     pub.kafka = kafka;
     pub.topic = f.input_topics.front();
@@ -68,6 +70,7 @@ int RunServe(int argc, char** argv) {
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
   qo.auth_token = *token;
   qo.ready = [] { return true; };
+  if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
   query::ServerOptions so;
   so.listen = http;
@@ -78,6 +81,7 @@ int RunServe(int argc, char** argv) {
   base::WaitForShutdown(-1);
   TALLY_LOG_INFO("serve", "stopping");
   (*server)->Stop();
+  base::KafkaHealth::Global().StopProbe();
   return kExitOk;
 }
 

@@ -3,8 +3,10 @@
 #include <fmt/core.h>
 
 #include "aggregator/cluster_check.h"
+#include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
+#include "broker_control.h"
 #include "cli.h"
 #include "commands.h"
 #include "embedded_broker.h"
@@ -25,7 +27,8 @@ int RunUp(int argc, char** argv) {
   base::FlagSet fs(command,
                    "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
                    "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "
-                   "SIGINT/SIGTERM.");
+                   "SIGINT/SIGTERM. With the embedded broker, SIGUSR1 takes it down and SIGUSR2 brings it back "
+                   "(outage drills; see tally broker --help).");
   AddKafkaFlags(&fs, &f);
   AddTopicFlags(&fs, &f);
   AddAuthFlags(&fs, &f);
@@ -39,6 +42,7 @@ int RunUp(int argc, char** argv) {
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  InstallBrokerControlSignals();
   if (f.partitions < 1 || f.partitions > 1024 || http_threads < 1 || flush_ms < 1 || key_budget < 1) {
     return Fail(command, base::Status::InvalidArgument(
                              "--partitions must be 1..1024; --http-threads, --flush-ms, --key-budget positive"),
@@ -63,6 +67,7 @@ int RunUp(int argc, char** argv) {
   }
   auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);
   if (!cluster.ok()) return Fail(command, cluster.status());
+  if (auto st = base::KafkaHealth::Global().StartProbe(po.kafka); !st.ok()) return Fail(command, st);
   auto store_r = OpenState(f, cluster->deltas_partitions, false);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
@@ -97,6 +102,7 @@ int RunUp(int argc, char** argv) {
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
   qo.auth_token = *token;
   qo.ready = [&runner] { return runner.running(); };
+  qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
   query::ServerOptions so;
   so.listen = http;
@@ -108,7 +114,7 @@ int RunUp(int argc, char** argv) {
   }
   TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http, f.brokers);
 
-  base::WaitForShutdown(-1);
+  ServeUntilShutdown(broker.get());
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
   (*server)->Stop();
@@ -117,6 +123,7 @@ int RunUp(int argc, char** argv) {
   watermarks->reset();
   publisher->reset();
   store.reset();
+  base::KafkaHealth::Global().StopProbe();
   if (broker) broker->Stop();
   TALLY_LOG_INFO("up", "stopped{}", runner.failed() ? " after an error" : "");
   return runner.failed() ? kExitFailure : kExitOk;

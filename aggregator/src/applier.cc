@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -127,32 +128,19 @@ struct Applier::Rep {
       }
     }
     if (any_derived) {
-      while (rd_kafka_flush(producer.get(), 1000)) {
-        TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge derived deltas");
+      for (int waited_s = 1; rd_kafka_flush(producer.get(), 1000); waited_s++) {
+        // Once, then every 30 s: an outage is reported by KafkaHealth.
+        if (waited_s % 30 == 1) {
+          TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
+                         waited_s);
+        }
       }
       std::lock_guard<std::mutex> l(failure_mu);
       if (!first_failure.empty()) return Status::Unavailable(first_failure);
     }
     for (auto& [p, wa] : owned) {
       if (!wa->dirty()) continue;
-      int attempt = 0;
-      for (;;) {
-        int64_t t0 = base::SteadyMs();
-        Status st = wa->Commit();
-        if (st.ok()) {
-          commit_seconds->Observe((base::SteadyMs() - t0) / 1000.0);
-          windows_total->Inc();
-          break;
-        }
-        // The window is kept; nothing of it is visible. Retry until the
-        // store accepts it (a full disk frees up) or we are told to stop.
-        if (attempt++ % 20 == 0) {
-          TALLY_LOG_ERROR(kLog, "partition {}: cannot commit window (offset {}), retrying: {}", p,
-                          wa->progress().next_deltas_offset, st.ToString());
-        }
-        if (stop->load() && attempt > 50) return st;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
+      TALLY_RETURN_IF_ERROR(CommitWindow(p, wa.get()));
     }
     for (auto& [p, wa] : owned) {
       WindowStats ws = wa->TakeStats();
@@ -160,6 +148,53 @@ struct Applier::Rep {
       duplicates_total->Inc(ws.duplicates);
     }
     return Status::Ok();
+  }
+
+  // Commits one partition's window. A store that refuses the write (a full
+  // or failing disk) is retried with backoff until it accepts the window or
+  // we are told to stop: meanwhile nothing of the window is visible, the
+  // state's offset stays where it was (a restart redoes the window from
+  // there), reads are served, and the log says so once, not per attempt.
+  Status CommitWindow(int32_t p, WindowApplier* wa) {
+    const int64_t t0 = base::SteadyMs();
+    int64_t last_log_ms = t0;
+    int attempts = 0;
+    int backoff_ms = 100;
+    for (;;) {
+      int64_t t = base::SteadyMs();
+      Status st = wa->Commit();
+      if (st.ok()) {
+        commit_seconds->Observe((base::SteadyMs() - t) / 1000.0);
+        windows_total->Inc();
+        if (attempts > 0) {
+          TALLY_LOG_WARN(kLog, "{}/{}: window up to offset {} committed after {:.1f} s of failed writes ({} attempts); "
+                         "applying resumes",
+                         o.deltas_topic, p, wa->progress().next_deltas_offset - 1, (base::SteadyMs() - t0) / 1000.0,
+                         attempts + 1);
+        }
+        return Status::Ok();
+      }
+      attempts++;
+      int64_t now = base::SteadyMs();
+      if (attempts == 1 || now - last_log_ms >= 60000) {
+        last_log_ms = now;
+        TALLY_LOG_ERROR(kLog, "{}/{}: cannot commit the window up to offset {} ({}); the state stays at offset {}, "
+                        "retrying with backoff, reads are still served{}",
+                        o.deltas_topic, p, wa->progress().next_deltas_offset - 1, st.message(),
+                        wa->committed_offset(),
+                        attempts == 1 ? "" : fmt::format(" ({:.0f} s so far)", (now - t0) / 1000.0));
+      }
+      // Told to stop: give the store a few seconds, then leave the window
+      // uncommitted (the restart redoes it).
+      while (backoff_ms > 0) {
+        if (stop->load() && base::SteadyMs() - t0 > 5000) return st;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (base::SteadyMs() - now >= backoff_ms) break;
+      }
+      backoff_ms = std::min(backoff_ms * 2, 2000);
+      Status rs = wa->RecoverFromFailedCommit();
+      if (rs.ok() && !wa->dirty()) return Status::Ok();  // it had landed after all
+    }
   }
 
   Status HandleMessage(const rd_kafka_message_t* m) {

@@ -221,11 +221,16 @@ struct Router::Rep {
   // message in flight, then commits all of it (on revocation and at stop).
   Status Flush(bool sync_commit) {
     TALLY_RETURN_IF_ERROR(Seal());
-    for (;;) {
+    for (int waited_s = 1;; waited_s++) {
       rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
       if (!err) break;
-      TALLY_LOG_WARN(kLog, "waiting for the broker to acknowledge {} deltas messages",
-                     rd_kafka_outq_len(producer.get()));
+      // Once, then every 30 s: an outage is reported by KafkaHealth.
+      if (waited_s % 30 == 1) {
+        TALLY_LOG_WARN(kLog,
+                       "waiting {} s for the broker to acknowledge {} deltas messages; input offsets "
+                       "stay uncommitted",
+                       waited_s, rd_kafka_outq_len(producer.get()));
+      }
     }
     return Reap(sync_commit);
   }
@@ -307,7 +312,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
       if (!result.ok()) break;
       // Bounded pipeline: with too many flushes in flight, wait for the oldest.
       while (r.generations.size() > kMaxGenerationsInFlight && r.first_failure.empty() &&
-             r.generations.front().outstanding > 0) {
+             r.generations.front().outstanding > 0 && !stop->load(std::memory_order_relaxed)) {
         rd_kafka_poll(r.producer.get(), 10);
       }
     }

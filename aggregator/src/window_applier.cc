@@ -21,6 +21,7 @@ Status WindowApplier::Load() {
   auto p = partition_->LoadProgress();
   if (!p.ok()) return p.status();
   progress_ = std::move(p).value();
+  committed_offset_ = progress_.next_deltas_offset;
   auto head = partition_->LoadNoticeHead();
   if (!head.ok()) return head.status();
   notice_head_ = *head;
@@ -219,6 +220,26 @@ Status WindowApplier::Commit() {
   }
   batch_.SetProgress(progress_);
   TALLY_RETURN_IF_ERROR(partition_->Commit(&batch_));
+  ClearWindow();
+  return Status::Ok();
+}
+
+Status WindowApplier::RecoverFromFailedCommit() {
+  TALLY_RETURN_IF_ERROR(partition_->Resume());
+  auto stored = partition_->LoadProgress();
+  if (!stored.ok()) return stored.status();
+  // A dirty window's target offset is above what was stored before it; the
+  // stored offset reaching it means the "failed" write is in the state.
+  if (dirty_ && stored->next_deltas_offset == progress_.next_deltas_offset) {
+    TALLY_LOG_WARN("applier", "{}/{}: the window up to offset {} was written despite the error; not applying it again",
+                   deltas_topic_, partition_->id(), progress_.next_deltas_offset - 1);
+    ClearWindow();
+  }
+  return Status::Ok();
+}
+
+void WindowApplier::ClearWindow() {
+  committed_offset_ = progress_.next_deltas_offset;
   post_ops_.clear();
   user_ops_.clear();
   unread_ops_.clear();
@@ -233,7 +254,6 @@ Status WindowApplier::Commit() {
   dropped_tables_.clear();
   viewed_dirty_ = false;
   dirty_ = false;
-  return Status::Ok();
 }
 
 }  // namespace tally::aggregator

@@ -1,5 +1,6 @@
 #include "base/kafka.h"
 
+#include "base/kafka_health.h"
 #include "base/log.h"
 
 #include <fmt/core.h>
@@ -58,6 +59,10 @@ namespace {
 void LogFromKafka(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
   LogLevel l = level <= 3 ? LogLevel::kError : level <= 4 ? LogLevel::kWarn : level <= 6 ? LogLevel::kInfo
                                                                                           : LogLevel::kDebug;
+  // A broker connection failing is also an error callback, which KafkaHealth
+  // turns into one line per outage; librdkafka's own line per client and
+  // broker (often guessing at TLS or SASL) is detail for debugging.
+  if (std::strcmp(fac, "FAIL") == 0) l = LogLevel::kDebug;
   if (!LogEnabled(l)) return;
   LogLine(l, "kafka", fmt::format("{} {}: {}", rk ? rd_kafka_name(rk) : "-", fac, buf));
 }
@@ -77,6 +82,10 @@ Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& option
   KafkaConf conf(rd_kafka_conf_new());
   TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "bootstrap.servers", options.brokers));
   rd_kafka_conf_set_log_cb(conf.get(), &LogFromKafka);
+  rd_kafka_conf_set_error_cb(conf.get(), &KafkaHealth::OnClientError);
+  // After an outage every client is back within about a second of the
+  // broker (librdkafka's default backoff grows to 10 s).
+  TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "reconnect.backoff.max.ms", "1000"));
   for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
   if (options.embedded && type == RD_KAFKA_CONSUMER) {
     // The mock cluster completes a rebalance only after session.timeout.ms - 1000.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/metrics.h"
 
@@ -125,9 +126,9 @@ struct EventPublisher::Rep {
                       rep->options.topic, buf, rd_kafka_err2name(orig));
       return;
     }
-    // Transport errors are retried by librdkafka; they matter only if they last.
-    TALLY_LOG_WARN(kComponent, "kafka ({}): {}",
-                   rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
+    // Transport errors are retried by librdkafka; they matter only if they
+    // last, which KafkaHealth finds out and says once.
+    base::KafkaHealth::OnClientError(rk, err, reason, opaque);
   }
 
   void PollLoop() {

@@ -372,6 +372,7 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
   switch (m.route) {
     case kHealthz:
       if (options_.ready && !options_.ready()) return ProtocolError(503, "not ready");
+      if (std::string problem = KafkaProblem(); !problem.empty()) return ProtocolError(503, problem);
       return JsonResponse(200, "{\"ok\":true}");
     case kMetrics:
       return Response{
@@ -522,6 +523,10 @@ Response QueryService::HandlePostCountsBatch(std::string_view query) {
   return JsonResponse(200, std::move(body));
 }
 
+std::string QueryService::KafkaProblem() const {
+  return options_.kafka_problem ? options_.kafka_problem() : std::string();
+}
+
 Response QueryService::HandleEvents(const Request& request) {
   if (options_.publisher == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: this server cannot publish events");
@@ -531,6 +536,11 @@ Response QueryService::HandleEvents(const Request& request) {
   base::Status st = parser->Parse(request.body, &records);
   ReleaseParser(std::move(parser));
   if (!st.ok()) return ErrorResponse(st, "invalid_event");
+  // A known outage: refuse at once, so the client knows nothing of the
+  // request was published and a retry cannot count anything twice.
+  if (std::string problem = KafkaProblem(); !problem.empty()) {
+    return ProtocolError(503, problem + "; nothing of this request was published, retry later");
+  }
 
   st = options_.publisher->Publish(records);
   if (!st.ok()) {
@@ -606,6 +616,9 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
   }
   // Keyed by the user, as SPEC section 2 says tally's own resets are, so a
   // reset stays in order with the user's other keyed events.
+  if (std::string problem = KafkaProblem(); !problem.empty()) {
+    return ProtocolError(503, problem + "; the reset was not published, retry later");
+  }
   ingest::PublishRecord record{fmt::format_int(user_id).str(), std::move(json)};
   base::Status st = options_.publisher->Publish(std::span<const ingest::PublishRecord>(&record, 1));
   if (!st.ok()) {

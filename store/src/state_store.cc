@@ -23,6 +23,7 @@
 
 #include "base/log.h"
 #include "counter_merge.h"
+#include "fault_file_system.h"
 #include "keys.h"
 
 namespace tally::store {
@@ -209,6 +210,10 @@ struct Partition::Rep {
   std::string secondary_base;
   std::string current;
   int generation = 0;
+  // Writable stores: how to reopen after an unrecoverable write error, and
+  // whether the writable instance is closed (a read-only one serves reads).
+  rocksdb::Options options;
+  bool primary_closed = false;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -291,8 +296,43 @@ Result<Progress> Partition::LoadProgress() const {
 
 Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
+  if (rep_->primary_closed) {
+    return Status::Unavailable(fmt::format("partition {}: closed after a write error, not reopened yet", id_));
+  }
   return FromRocks(rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb),
                    fmt::format("partition {}: committing window", id_));
+}
+
+Status Partition::Resume() {
+  if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
+  if (!rep_->primary_closed) {
+    rocksdb::Status s = rep_->db.load()->Resume();
+    if (s.ok()) return Status::Ok();
+    // RocksDB 7.8 treats a failed WAL write as unrecoverable for the open
+    // instance (DB::Resume refuses it): the only way on is to close the
+    // database and open it again, which replays the WAL as written.
+    // Readers get a read-only instance meanwhile, so reads never stop.
+    rocksdb::DB* ro = nullptr;
+    rocksdb::Status rs = rocksdb::DB::OpenForReadOnly(rep_->options, rep_->path, &ro);
+    if (!rs.ok()) {
+      return FromRocks(s, fmt::format("partition {}: resuming writes (and a read-only instance: {})", id_,
+                                      rs.ToString()));
+    }
+    std::shared_ptr<rocksdb::DB> old = rep_->db.exchange(std::shared_ptr<rocksdb::DB>(ro));
+    // The old instance closes (releasing its LOCK) when the last reader lets
+    // go of it; an Open before that fails and is retried.
+    old.reset();
+    rep_->primary_closed = true;
+    TALLY_LOG_WARN("store", "partition {}: closed after an unrecoverable write error ({}); reads go to a "
+                   "read-only instance until it reopens", id_, s.ToString());
+  }
+  rocksdb::DB* raw = nullptr;
+  TALLY_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(rep_->options, rep_->path, &raw),
+                                  fmt::format("partition {}: reopening after a write error", id_)));
+  rep_->db.store(std::shared_ptr<rocksdb::DB>(raw));
+  rep_->primary_closed = false;
+  TALLY_LOG_WARN("store", "partition {}: reopened for writing", id_);
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- StateStore
@@ -305,6 +345,7 @@ struct StateStore::Rep {
   std::mutex catch_up_mu;
   std::unique_ptr<InactivePurgeFilter> purge;
   rocksdb::Options db_options;  // kept to reopen read-only partitions
+  std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
 
   // The database of the partition that owns `entity`, held for the caller.
   std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
@@ -370,6 +411,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   std::error_code ec;
   const std::string& dir = options.dir;
   uint32_t recorded_partitions = 0;
+  bool fresh = false;  // the TALLY file was written just now
   Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
   if (meta.code() == base::StatusCode::kNotFound) {
     if (options.partitions == 0) {
@@ -377,6 +419,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     }
     if (options.read_only) {
       return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
+    }
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+      return Status::FailedPrecondition(fmt::format("{} is not a directory", dir));
     }
     if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
       return Status::FailedPrecondition(
@@ -386,6 +431,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (ec) return Status::IOError(fmt::format("creating {}: {}", dir, ec.message()));
     TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
     recorded_partitions = options.partitions;
+    fresh = true;
   } else if (!meta.ok()) {
     return meta;
   }
@@ -398,7 +444,14 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   }
 
   rocksdb::Options db_options;
-  db_options.create_if_missing = !options.read_only;
+  // Only a state created just now gets new databases: in an existing one, a
+  // missing partition is damage to report, never an empty partition to
+  // count from (that would serve wrong counts silently).
+  db_options.create_if_missing = !options.read_only && fresh;
+  // A record torn by a crash at the end of the WAL is dropped (it was never
+  // acknowledged); a damaged record anywhere else fails the open instead of
+  // silently dropping everything after it.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   db_options.merge_operator = std::make_shared<CounterMergeOperator>();
   db_options.write_buffer_size = options.write_buffer_bytes;
   db_options.max_write_buffer_number = 3;
@@ -414,6 +467,13 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   db_options.compression = rocksdb::kLZ4Compression;
   db_options.bottommost_compression = rocksdb::kZSTD;
   db_options.env = rocksdb::Env::Default();
+  if (!options.fault_file.empty()) {
+    rep->fault_env = rocksdb::NewCompositeEnv(
+        std::make_shared<FaultFileSystem>(rocksdb::FileSystem::Default(), options.fault_file));
+    db_options.env = rep->fault_env.get();
+    TALLY_LOG_WARN("store", "fault injection armed: every RocksDB write under {} fails while {} exists", dir,
+                   options.fault_file);
+  }
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
@@ -473,6 +533,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->read_only = options.read_only;
     prep->write_options.sync = options.sync_writes;
     prep->path = path;
+    prep->options = db_options;
     prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
     prep->current = std::move(current);
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));

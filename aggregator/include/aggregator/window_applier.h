@@ -67,6 +67,16 @@ class WindowApplier {
   // can be retried, and nothing of it is visible.
   base::Status Commit();
 
+  // After a failed Commit(): asks the store to accept writes again
+  // (Partition::Resume) and checks whether the failed write landed after all
+  // (the stored progress already is the window's): then the window counts
+  // as committed and dirty() turns false, so a retry cannot apply it twice.
+  // The store's error while it still refuses writes.
+  base::Status RecoverFromFailedCommit();
+
+  // The next deltas offset the store holds (what a restart resumes from).
+  int64_t committed_offset() const { return committed_offset_; }
+
   // Returns the counts since the last call and resets them.
   WindowStats TakeStats() {
     WindowStats s = stats_;
@@ -83,6 +93,7 @@ class WindowApplier {
   using Edges = std::unordered_map<std::pair<uint64_t, uint64_t>, bool, PairHash>;
 
   base::Result<bool> EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b);
+  void ClearWindow();
   void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
                 std::vector<schemas::DeltaBatchBuilder>* derived, base::Status* st);
 
@@ -90,6 +101,7 @@ class WindowApplier {
   std::string deltas_topic_;
   uint32_t partitions_;
   store::Progress progress_;
+  int64_t committed_offset_ = 0;
   bool dirty_ = false;
   std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kPostFieldCount>> post_ops_;
   std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUserFieldCount>> user_ops_;

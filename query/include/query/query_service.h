@@ -84,6 +84,11 @@ struct QueryServiceOptions {
   // /healthz answers 503. Null means always ready. Called on request threads:
   // must be cheap and safe for concurrent use.
   std::function<bool()> ready;
+  // Optional. While it returns a non-empty line (the Kafka cluster is lost:
+  // base::KafkaHealth::Problem()), /healthz answers 503 with that line, and
+  // POST /v1/events and the resets answer 503 at once, publishing nothing;
+  // reads are served as usual. Called on request threads: cheap, thread-safe.
+  std::function<std::string()> kafka_problem;
   // When not empty, POST /v1/events and the resets need
   // "Authorization: Bearer <auth_token>" (else 401 unauthorized).
   std::string auth_token;
@@ -130,6 +135,8 @@ class QueryService {
   Response HandlePostCountsBatch(std::string_view query);
   Response HandleWatermarks();
   void FollowWriter();  // the catch-up thread of a read-only store
+  // options_.kafka_problem(), or "" without one.
+  std::string KafkaProblem() const;
   void Record(int route_id, int status, int64_t start_ns);
 
   std::unique_ptr<ingest::EventsRequestParser> AcquireParser();

@@ -46,6 +46,10 @@ struct StoreOptions {
   int64_t inactive_days = 30;
   // Clock of the purge, ms since the epoch; empty: the wall clock.
   std::function<int64_t()> now_ms;
+  // Fault drills and tests only: when not empty, every RocksDB write (WAL,
+  // SST, MANIFEST) fails with an IOError while this file exists, as on a full
+  // disk (store/src/fault_file_system.h). Reads are untouched.
+  std::string fault_file;
 };
 
 struct PostCounts {
@@ -169,6 +173,15 @@ class Partition {
   // Writes `batch` atomically (state and progress together). On error
   // nothing of the batch is visible. Only the owning applier thread calls it.
   base::Status Commit(PartitionBatch* batch);
+
+  // After a failed Commit(): RocksDB may have stopped accepting writes (its
+  // background error state); this asks it to resume (DB::Resume, which
+  // flushes what it holds) or, for an error RocksDB will not resume from (a
+  // failed WAL write), closes the database and opens it again (readers use a
+  // read-only instance in between). OK once it accepts writes again; the
+  // error while the cause persists. Reads work throughout. Applier thread
+  // only.
+  base::Status Resume();
 
  private:
   friend class StateStore;

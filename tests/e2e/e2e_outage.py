@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""End to end, with the broker gone: `tally broker` is taken down for 10 s
+(SIGUSR1; SIGUSR2 brings it back) while kcat streams events into it and
+clients POST /v1/events to `tally up`. Then:
+
+- during the outage /healthz answers 503 in SPEC's error shape, saying Kafka
+  is unreachable; reads (GET counts) keep answering 200 from the state;
+  POST /v1/events answers 503 at once, publishing nothing of the request;
+- `tally up` logs exactly one line when it loses the cluster and one when
+  it is back; `tally broker` one for each signal;
+- afterwards /healthz is 200 {"ok":true} again, the refused request is sent
+  again (202), kcat's buffered records arrive, and every count equals the
+  reference model: nothing lost, nothing doubled.
+
+  python3 e2e_outage.py --tally build/tally [--seed N] [--down-seconds 10]
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import e2e_crash  # noqa: E402
+import event_model  # noqa: E402
+import tallyctl  # noqa: E402
+from tallyctl import log  # noqa: E402
+
+N_POSTS = 500
+N_USERS = 300
+KCAT_EVENTS = 12000
+FEED_SECONDS = 24  # the kcat stream spans the outage
+POST_BATCH = 50
+# Increments only: they commute, so the order between the kcat stream and
+# the HTTP batches (two producers) cannot change a total.
+POST_TYPES = ("repost", "comment", "view", "mention", "dm")
+
+
+def extra_args(ap):
+    ap.add_argument("--down-seconds", type=float, default=10.0, help="how long the broker stays down")
+
+
+def post_batch(w):
+    return [w.event(w.rng.choice(POST_TYPES)) for _ in range(POST_BATCH)]
+
+
+def body_of(batch):
+    return "[" + ",".join(r.value for r in batch) + "]"
+
+
+def count_lines(path, needle):
+    with open(path, errors="replace") as f:
+        return [l.rstrip("\n") for l in f if needle in l]
+
+
+def main():
+    args = tallyctl.parse_args(__doc__, extra_args)
+    t_begin = time.monotonic()
+    with tallyctl.Harness(args, "e2e_outage", default_seed=1010) as h:
+        broker, brokers = h.start_broker(partitions=4)
+        up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4)
+        w = event_model.Workload(h.rng, N_POSTS, N_USERS)
+        records = w.stream(KCAT_EVENTS, n_invalid=10)
+        accepted = 0  # valid events published through HTTP (202)
+
+        # -E: kcat keeps its records through the outage instead of exiting.
+        feeder = e2e_crash.Feeder(h, brokers, records, h.seed + 1, FEED_SECONDS, kcat_extra=["-E"])
+        feeder.start()
+        for _ in range(3):
+            batch = post_batch(w)
+            r = client.post("/v1/events", body_of(batch))
+            h.check(r.status == 202, "POST /v1/events before the outage: %r" % r)
+            accepted += len(batch)
+        tallyctl.wait_until("the pipeline to apply something", lambda: (tallyctl.watermarks(client) or {}).get(
+            "partitions") and tallyctl.applied_offsets(tallyctl.watermarks(client)) > 0, timeout=60, proc=up)
+        time.sleep(h.rng.uniform(1.0, 3.0))  # a random moment mid-stream
+
+        # ---- the outage ------------------------------------------------------
+        written_at_down = feeder.written
+        t_down = time.monotonic()
+        broker.popen.send_signal(tallyctl.signal.SIGUSR1)
+        log("SIGUSR1 to tally broker: down (%d records handed to kcat so far)" % written_at_down)
+
+        def health_says_lost():
+            r = client.try_get("/healthz")
+            if r is None or r.status != 503:
+                return None
+            return r
+
+        r = tallyctl.wait_until("/healthz to answer 503 during the outage", health_says_lost, timeout=8)
+        log("/healthz %.1f s after SIGUSR1: %r" % (time.monotonic() - t_down, r))
+        err = r.json().get("error", {}) if r.headers.get("content-type", "").startswith("application/json") else {}
+        h.check(set(r.json()) == {"error"} and set(err) == {"code", "message"} and err.get("code") == "unavailable",
+                "503 /healthz not in SPEC's error shape: %r" % r)
+        h.check("Kafka" in err.get("message", "") and "unreachable" in err.get("message", ""),
+                "/healthz does not say Kafka is unreachable: %r" % r)
+
+        # Reads are served from the state.
+        for p in w.post_ids[:20]:
+            rr = client.get("/v1/posts/%d/counts" % p)
+            h.check(rr.status == 200, "GET /v1/posts/%d/counts during the outage: %r" % (p, rr))
+        rr = client.get("/v1/users/1/unread")
+        h.check(rr.status == 200, "GET /v1/users/1/unread during the outage: %r" % rr)
+
+        # Writes fail visibly and at once; nothing of them is published.
+        refused = post_batch(w)
+        t0 = time.monotonic()
+        r = client.post("/v1/events", body_of(refused))
+        took = time.monotonic() - t0
+        h.check(r.status == 503 and r.json()["error"]["code"] == "unavailable"
+                and "nothing of this request was published" in r.json()["error"]["message"],
+                "POST /v1/events during the outage: %r" % r)
+        h.check(took < 2.0, "POST /v1/events during the outage took %.1f s (should fail at once)" % took)
+        r = client.post("/v1/users/1/unread/dm/reset")
+        h.check(r.status == 503, "a reset during the outage: %r" % r)
+
+        left = args.down_seconds - (time.monotonic() - t_down)
+        if left > 0:
+            time.sleep(left)  # the length of the fault, not an ordering device
+        h.check(client.get("/healthz").status == 503, "/healthz at the end of the outage is not 503")
+        broker.popen.send_signal(tallyctl.signal.SIGUSR2)
+        down_for = time.monotonic() - t_down
+        log("SIGUSR2 to tally broker after %.1f s down (%d records handed to kcat meanwhile)" % (
+            down_for, feeder.written - written_at_down))
+        h.check(feeder.written > written_at_down, "kcat wrote nothing during the outage")
+        h.checkpoint("during a %.0f s broker outage" % down_for)
+
+        # ---- recovery ----------------------------------------------------------
+        def healthy():
+            r = client.try_get("/healthz")
+            return r is not None and r.status == 200 and r.json() == {"ok": True}
+
+        tallyctl.wait_until("/healthz 200 {\"ok\":true} after the outage", healthy, timeout=30, proc=up)
+        log("/healthz 200 again %.1f s after SIGUSR2" % (time.monotonic() - t_down - down_for))
+        r = client.post("/v1/events", body_of(refused))
+        h.check(r.status == 202, "POST /v1/events of the refused batch after the outage: %r" % r)
+        accepted += len(refused)
+        batch = post_batch(w)
+        r = client.post("/v1/events", body_of(batch))
+        h.check(r.status == 202, "POST /v1/events after the outage: %r" % r)
+        accepted += len(batch)
+
+        feeder.join(timeout=300)
+        if feeder.is_alive():
+            raise tallyctl.TestFailure("kcat did not finish publishing within 300 s")
+        if feeder.error:
+            raise feeder.error
+        total = len(records) + accepted
+        report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
+        h.check(tallyctl.end_offsets(report) == total, "%s holds %d records; %d were published (%d by kcat, %d "
+                "accepted over HTTP)" % (tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total, len(records),
+                                         accepted))
+        e2e_crash.compare_with_model(h, client, w.model, "after a %.0f s broker outage" % down_for)
+        h.checkpoint("every count after the outage")
+
+        rc, clean = up.stop(grace=30)
+        h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
+        rc, clean = broker.stop(grace=30)
+        h.check(clean and rc == 0, "tally broker on SIGTERM: exit %s" % rc)
+        lost = count_lines(h.path("up.log"), "lost Kafka at")
+        back = count_lines(h.path("up.log"), "reachable again")
+        h.check(len(lost) == 1 and len(back) == 1, "tally up logged %d 'lost' and %d 'back' lines, want 1 and 1:\n  %s"
+                % (len(lost), len(back), "\n  ".join(lost + back)))
+        for l in lost + back:
+            log("up.log: %s" % l[:220])
+        h.check(len(count_lines(h.path("broker.log"), "SIGUSR1: embedded broker")) == 1
+                and len(count_lines(h.path("broker.log"), "SIGUSR2: embedded broker")) == 1,
+                "tally broker did not log one line per control signal")
+        h.checkpoint("logs")
+        log("events checked: %d published (%d via kcat incl. 10 invalid, %d via POST); lost 0, doubled 0" % (
+            total, len(records), accepted))
+        h.finish_checks("e2e_outage")
+        log("total %.0f s" % (time.monotonic() - t_begin))
+
+
+if __name__ == "__main__":
+    main()
