@@ -98,8 +98,9 @@ class KafkaSettingsTest : public ::testing::Test {
     broker_ = std::make_unique<Child>(
         std::vector<std::string>{"broker", "--port", std::to_string(port), "--partitions", "2"},
         dir_ + "/broker.log");
-    ASSERT_TRUE(WaitFor([&] { return Slurp(dir_ + "/broker.log").find("bootstrap: ") != std::string::npos; },
-                        30000))
+    ASSERT_TRUE(WaitFor(
+        [&] { return Slurp(dir_ + "/broker.log").find("bootstrap: ") != std::string::npos; },
+        30000))
         << Slurp(dir_ + "/broker.log");
   }
   void TearDown() override {
@@ -109,8 +110,11 @@ class KafkaSettingsTest : public ::testing::Test {
 
   // The settings every client must show.
   std::vector<std::string> KafkaArgs() const {
-    return {"--brokers", brokers_,     "--log-level", "debug",   "--kafka", "debug=conf",
-            "--kafka",   std::string("client.rack=") + kRack, "--kafka", "sasl.username=tally-settings-user"};
+    return {"--brokers",   brokers_,
+            "--log-level", "debug",
+            "--kafka",     "debug=conf",
+            "--kafka",     std::string("client.rack=") + kRack,
+            "--kafka",     "sasl.username=tally-settings-user"};
   }
 
   // Runs `tally <args> <KafkaArgs()>` until its log shows `clients`
@@ -124,17 +128,20 @@ class KafkaSettingsTest : public ::testing::Test {
     if (exits_by_itself) {
       EXPECT_EQ(c.Stop(0, 60000), 0) << Slurp(log);
     } else {
-      EXPECT_TRUE(WaitFor([&] { return ClientConfigs(Slurp(log)).size() >= clients; }, 60000)) << Slurp(log);
+      EXPECT_TRUE(WaitFor([&] { return ClientConfigs(Slurp(log)).size() >= clients; }, 60000))
+          << Slurp(log);
       EXPECT_EQ(c.Stop(SIGTERM, 30000), 0) << Slurp(log);
     }
     auto configs = ClientConfigs(Slurp(log));
     EXPECT_EQ(configs.size(), clients) << args[0] << ":\n" << Slurp(log);
     std::set<std::string> names;
     for (const auto& [name, lines] : configs) {
-      EXPECT_TRUE(lines.count(std::string("client.rack = ") + kRack)) << args[0] << ": client " << name;
+      EXPECT_TRUE(lines.count(std::string("client.rack = ") + kRack))
+          << args[0] << ": client " << name;
       // librdkafka redacts it in the dump; that it is listed means it was set.
       EXPECT_TRUE(lines.count("sasl.username = [redacted]")) << args[0] << ": client " << name;
-      names.insert(name.substr(0, name.find('#')) + name.substr(name.find('#'), name.rfind('-') - name.find('#')));
+      names.insert(name.substr(0, name.find('#')) +
+                   name.substr(name.find('#'), name.rfind('-') - name.find('#')));
     }
     return names;
   }
@@ -155,24 +162,28 @@ TEST_F(KafkaSettingsTest, EveryClientOfEveryCommandGetsTheKafkaSettings) {
   auto up = Run({"up", "--state-dir", state, "--partitions", "2", "--http",
                  "127.0.0.1:" + std::to_string(FreePort())},
                 8, false);
-  EXPECT_EQ(up, (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "rdkafka#producer",
-                                       "tally-watermarks#consumer", "tally-router#producer",
-                                       "tally-router#consumer", "tally-applier#producer",
-                                       "tally-applier#consumer"}));
+  EXPECT_EQ(up, (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer",
+                                       "rdkafka#producer", "tally-watermarks#consumer",
+                                       "tally-router#producer", "tally-router#consumer",
+                                       "tally-applier#producer", "tally-applier#consumer"}));
 
   // aggregate: probe, admin, router and applier producers and consumers.
   EXPECT_EQ(Run({"aggregate", "--state-dir", dir_ + "/state-agg", "--partitions", "2"}, 6, false),
-            (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "tally-router#producer",
-                                   "tally-router#consumer", "tally-applier#producer", "tally-applier#consumer"}));
+            (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer",
+                                   "tally-router#producer", "tally-router#consumer",
+                                   "tally-applier#producer", "tally-applier#consumer"}));
 
   // serve --brokers: probe, admin (partition counts), publisher, watermarks.
-  EXPECT_EQ(Run({"serve", "--state-dir", state, "--http", "127.0.0.1:" + std::to_string(FreePort())}, 4, false),
-            (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "rdkafka#producer",
-                                   "tally-watermarks#consumer"}));
+  EXPECT_EQ(
+      Run({"serve", "--state-dir", state, "--http", "127.0.0.1:" + std::to_string(FreePort())}, 4,
+          false),
+      (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "rdkafka#producer",
+                             "tally-watermarks#consumer"}));
 
   // replay: probe, admin, its consumer.
-  EXPECT_EQ(Run({"replay", "--state-dir", dir_ + "/state-replay"}, 3, true),
-            (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "tally-replay#consumer"}));
+  EXPECT_EQ(
+      Run({"replay", "--state-dir", dir_ + "/state-replay"}, 3, true),
+      (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "tally-replay#consumer"}));
 }
 
 }  // namespace

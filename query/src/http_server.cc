@@ -182,7 +182,8 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
       builder.append_header(restinio::http_field::allow, std::string(response.allow));
     }
     if (response.retry_after_s > 0) {
-      builder.append_header(restinio::http_field::retry_after, std::to_string(response.retry_after_s));
+      builder.append_header(restinio::http_field::retry_after,
+                            std::to_string(response.retry_after_s));
     }
     if (response.unauthorized) {
       builder.append_header(restinio::http_field::www_authenticate, "Bearer realm=\"tally\"");
@@ -217,19 +218,21 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
     std::string_view method = header.method().c_str();
     std::string_view target = header.request_target();
     if (rate_limiter && !ExemptFromRateLimit(method, target)) {
-      if (int64_t wait_ms = rate_limiter->Acquire(
-              ClientOf(req->remote_endpoint()),
-              std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now().time_since_epoch())
-                  .count());
+      if (int64_t wait_ms =
+              rate_limiter->Acquire(ClientOf(req->remote_endpoint()),
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
           wait_ms > 0) {
         rate_limited_total->Inc();
-        Response r{429, kJsonContentType,
-                   RenderErrorBody("rate_limited",
-                                   fmt::format("over {} requests/s from {}; retry in {} ms",
-                                               options.rate_limit_per_s,
-                                               req->remote_endpoint().address().to_string(), wait_ms)),
-                   {}};
+        Response r{
+            429,
+            kJsonContentType,
+            RenderErrorBody(
+                "rate_limited",
+                fmt::format("over {} requests/s from {}; retry in {} ms", options.rate_limit_per_s,
+                            req->remote_endpoint().address().to_string(), wait_ms)),
+            {}};
         r.retry_after_s = static_cast<int>((wait_ms + 999) / 1000);
         Answer(req, std::move(r), /*close=*/false);
         return restinio::request_accepted();
@@ -317,10 +320,11 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
     return base::Status::InvalidArgument("http: max_readable_body_bytes < max_body_bytes");
   }
   if (options.max_connections < 1 || options.read_timeout_ms < 1 || options.write_timeout_ms < 1 ||
-      options.handle_timeout_ms < 1 || options.max_header_count < 1 || options.max_header_bytes < 1 ||
-      options.rate_limit_per_s < 0 || options.rate_burst < 0) {
+      options.handle_timeout_ms < 1 || options.max_header_count < 1 ||
+      options.max_header_bytes < 1 || options.rate_limit_per_s < 0 || options.rate_burst < 0) {
     return base::Status::InvalidArgument(
-        "http: max_connections, timeouts and header limits must be positive, rate limits not negative");
+        "http: max_connections, timeouts and header limits must be positive, rate limits not "
+        "negative");
   }
   asio::ip::address address;
   uint16_t port = 0;
