@@ -4,6 +4,9 @@
 
 #include <fmt/core.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +61,85 @@ base::Result<std::string> ResolveAuthToken(const CommonFlags& f) {
   while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
   if (token.empty()) return Status::InvalidArgument(fmt::format("--auth-token-file {}: empty", f.auth_token_file));
   return token;
+}
+
+void AddHttpFlags(base::FlagSet* fs, HttpFlags* f) {
+  fs->String("http", &f->listen,
+             "HTTP listen address HOST:PORT (loopback by default; 0.0.0.0:PORT for every interface)");
+  fs->Int("http-threads", &f->threads, "HTTP I/O threads");
+  fs->Int("max-request-bytes", &f->max_request_bytes,
+          "largest request body; larger ones are answered 413 (over 4x this, or 4 MiB, the connection is closed)");
+  fs->Int("max-header-bytes", &f->max_header_bytes,
+          "largest value of one request header; a request line over 16 KiB or a longer header closes the connection");
+  fs->Int("max-headers", &f->max_headers, "most header fields in one request; more closes the connection");
+  fs->Int("idle-timeout-ms", &f->idle_timeout_ms,
+          "a connection must send each whole request (headers and body) within this many ms, idle keep-alive "
+          "time included, or it is closed");
+  fs->Int("request-timeout-ms", &f->request_timeout_ms,
+          "longest time to answer one request (publishes wait for the broker); then the connection is closed");
+  fs->Int("write-timeout-ms", &f->write_timeout_ms,
+          "a client must take each answer within this many ms, or its connection is closed");
+  fs->Int("max-connections", &f->max_connections,
+          "most open HTTP connections; further ones wait in the listen backlog (lowered to fit the open-file "
+          "limit)");
+  fs->Int("rate-limit", &f->rate_limit,
+          "requests per second per client address (IPv6: per /64), reads and writes alike, answered 429 with "
+          "Retry-After beyond it; GET /healthz and /metrics are exempt; 0: no limit");
+  fs->Int("rate-burst", &f->rate_burst, "requests a client may send at once under --rate-limit (0: one second's worth)");
+}
+
+base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
+  auto positive = [](int64_t v, const char* flag, int64_t max) -> Status {
+    if (v < 1 || v > max) return Status::InvalidArgument(fmt::format("--{} must be 1..{}, got {}", flag, max, v));
+    return Status::Ok();
+  };
+  constexpr int64_t kDay = 86400000;
+  TALLY_RETURN_IF_ERROR(positive(f.threads, "http-threads", 256));
+  TALLY_RETURN_IF_ERROR(positive(f.max_request_bytes, "max-request-bytes", int64_t{1} << 30));
+  TALLY_RETURN_IF_ERROR(positive(f.max_header_bytes, "max-header-bytes", int64_t{1} << 20));
+  TALLY_RETURN_IF_ERROR(positive(f.max_headers, "max-headers", 10000));
+  TALLY_RETURN_IF_ERROR(positive(f.idle_timeout_ms, "idle-timeout-ms", kDay));
+  TALLY_RETURN_IF_ERROR(positive(f.request_timeout_ms, "request-timeout-ms", kDay));
+  TALLY_RETURN_IF_ERROR(positive(f.write_timeout_ms, "write-timeout-ms", kDay));
+  TALLY_RETURN_IF_ERROR(positive(f.max_connections, "max-connections", 1000000));
+  if (f.rate_limit < 0 || f.rate_burst < 0) {
+    return Status::InvalidArgument("--rate-limit and --rate-burst must not be negative");
+  }
+  query::ServerOptions so;
+  so.listen = f.listen;
+  so.threads = static_cast<int>(f.threads);
+  so.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
+  so.max_readable_body_bytes = std::max<size_t>(size_t{4} << 20, so.max_body_bytes * 4);
+  so.max_header_bytes = static_cast<size_t>(f.max_header_bytes);
+  so.max_header_count = static_cast<size_t>(f.max_headers);
+  so.read_timeout_ms = static_cast<int>(f.idle_timeout_ms);
+  so.handle_timeout_ms = static_cast<int>(f.request_timeout_ms);
+  so.write_timeout_ms = static_cast<int>(f.write_timeout_ms);
+  so.rate_limit_per_s = static_cast<double>(f.rate_limit);
+  so.rate_burst = static_cast<double>(f.rate_burst);
+
+  // Every connection is a file descriptor; RocksDB, Kafka and the listener
+  // need some too. Accepting past the limit would fail with EMFILE.
+  constexpr rlim_t kReserve = 512;
+  rlim_t want = static_cast<rlim_t>(f.max_connections) + kReserve;
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+      struct rlimit raised = rl;
+      raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+      int64_t fit = rl.rlim_cur > 2 * kReserve ? static_cast<int64_t>(rl.rlim_cur - kReserve)
+                                               : static_cast<int64_t>(rl.rlim_cur / 2);
+      TALLY_LOG_WARN("http", "--max-connections {} lowered to {}: the open-file limit is {} (ulimit -n)",
+                     f.max_connections, fit, static_cast<uint64_t>(rl.rlim_cur));
+      so.max_connections = static_cast<size_t>(std::max<int64_t>(1, fit));
+      return so;
+    }
+  }
+  so.max_connections = static_cast<size_t>(f.max_connections);
+  return so;
 }
 
 Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out) {

@@ -11,6 +11,7 @@
 #include "base/flags.h"
 #include "base/kafka.h"
 #include "base/status.h"
+#include "query/http_server.h"
 #include "store/state_store.h"
 
 namespace tally::app {
@@ -47,6 +48,32 @@ void AddAuthFlags(base::FlagSet* fs, CommonFlags* f);
 // first line of --auth-token-file. InvalidArgument if both are given or the
 // file cannot be read or is empty.
 base::Result<std::string> ResolveAuthToken(const CommonFlags& f);
+
+// The HTTP tier's flags (tally up, tally serve): listen address, threads,
+// limits, timeouts, rate limit.
+struct HttpFlags {
+  std::string listen = "127.0.0.1:8080";
+  int64_t threads = 2;
+  int64_t max_request_bytes = 1 << 20;
+  int64_t max_header_bytes = 8 << 10;
+  int64_t max_headers = 100;
+  int64_t idle_timeout_ms = 30000;
+  int64_t request_timeout_ms = 30000;
+  int64_t write_timeout_ms = 10000;
+  int64_t max_connections = 10000;
+  int64_t rate_limit = 0;  // requests/s per client address; 0 = none
+  int64_t rate_burst = 0;  // 0 = rate_limit
+};
+
+// Registers --http, --http-threads, --max-request-bytes, --max-header-bytes,
+// --max-headers, --idle-timeout-ms, --request-timeout-ms,
+// --write-timeout-ms, --max-connections, --rate-limit, --rate-burst.
+void AddHttpFlags(base::FlagSet* fs, HttpFlags* f);
+// Checks `f` and turns it into server options. InvalidArgument naming the
+// flag for a value out of range. Raises the process's open-file limit
+// (RLIMIT_NOFILE) to its hard limit when --max-connections needs it, and
+// lowers max_connections (with a warning) when even that is too small.
+base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f);
 
 // Applies --log-level and parses --kafka into `out` (brokers too).
 base::Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out);

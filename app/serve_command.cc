@@ -18,8 +18,7 @@ namespace tally::app {
 int RunServe(int argc, char** argv) {
   const std::string command = "tally serve";
   CommonFlags f;
-  std::string http = "127.0.0.1:8080";
-  int64_t http_threads = 2;
+  HttpFlags http;
   base::FlagSet fs(command,
                    "Serves the HTTP API over the state in --state-dir, following the aggregator that writes it "
                    "(read-only). With --brokers it also answers /v1/watermarks and publishes POST /v1/events "
@@ -29,10 +28,10 @@ int RunServe(int argc, char** argv) {
   AddAuthFlags(&fs, &f);
   fs.String("state-dir", &f.state_dir, "state directory to serve");
   fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
-  fs.String("http", &http, "HTTP listen address HOST:PORT");
-  fs.Int("http-threads", &http_threads, "HTTP I/O threads");
+  AddHttpFlags(&fs, &http);
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
-  if (http_threads < 1) return Fail(command, base::Status::InvalidArgument("--http-threads must be positive"), kExitUsage);
+  auto so = MakeServerOptions(http);
+  if (!so.ok()) return Fail(command, so.status(), kExitUsage);
   base::KafkaOptions kafka;
   if (auto st = ApplyCommonFlags(f, &kafka); !st.ok()) return Fail(command, st, kExitUsage);
   auto token = ResolveAuthToken(f);
@@ -72,12 +71,9 @@ int RunServe(int argc, char** argv) {
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
-  query::ServerOptions so;
-  so.listen = http;
-  so.threads = static_cast<int>(http_threads);
-  auto server = query::HttpServer::Start(so, &service);
+  auto server = query::HttpServer::Start(*so, &service);
   if (!server.ok()) return Fail(command, server.status());
-  TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http);
+  TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http.listen);
   base::WaitForShutdown(-1);
   TALLY_LOG_INFO("serve", "stopping");
   (*server)->Stop();

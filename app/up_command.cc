@@ -22,8 +22,8 @@ namespace tally::app {
 int RunUp(int argc, char** argv) {
   const std::string command = "tally up";
   CommonFlags f;
-  std::string http = "127.0.0.1:8080";
-  int64_t port = 9092, http_threads = 2, flush_ms = 20, key_budget = 200000;
+  HttpFlags http;
+  int64_t port = 9092, flush_ms = 20, key_budget = 200000;
   base::FlagSet fs(command,
                    "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
                    "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "
@@ -35,19 +35,20 @@ int RunUp(int argc, char** argv) {
   AddStateFlags(&fs, &f);
   fs.Int("port", &port, "port of the embedded broker (without --brokers)");
   fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
-  fs.String("http", &http, "HTTP listen address HOST:PORT");
-  fs.Int("http-threads", &http_threads, "HTTP I/O threads");
+  AddHttpFlags(&fs, &http);
   fs.Int("flush-ms", &flush_ms, "applier window once caught up, milliseconds (a backlog stretches windows to 10x)");
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
   InstallBrokerControlSignals();
-  if (f.partitions < 1 || f.partitions > 1024 || http_threads < 1 || flush_ms < 1 || key_budget < 1) {
+  if (f.partitions < 1 || f.partitions > 1024 || flush_ms < 1 || key_budget < 1) {
     return Fail(command, base::Status::InvalidArgument(
-                             "--partitions must be 1..1024; --http-threads, --flush-ms, --key-budget positive"),
+                             "--partitions must be 1..1024; --flush-ms, --key-budget positive"),
                 kExitUsage);
   }
+  auto so = MakeServerOptions(http);
+  if (!so.ok()) return Fail(command, so.status(), kExitUsage);
 
   PipelineOptions po;
   if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
@@ -104,15 +105,12 @@ int RunUp(int argc, char** argv) {
   qo.ready = [&runner] { return runner.running(); };
   qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
-  query::ServerOptions so;
-  so.listen = http;
-  so.threads = static_cast<int>(http_threads);
-  auto server = query::HttpServer::Start(so, &service);
+  auto server = query::HttpServer::Start(*so, &service);
   if (!server.ok()) {
     runner.Stop();
     return Fail(command, server.status());
   }
-  TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http, f.brokers);
+  TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http.listen, f.brokers);
 
   ServeUntilShutdown(broker.get());
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cstdlib>
 #include <deque>
 #include <map>
 
@@ -20,7 +21,9 @@ namespace {
 constexpr const char* kLog = "router";
 constexpr size_t kMaxDeltasMessageBytes = 512 << 10;
 constexpr size_t kMaxGenerationsInFlight = 8;
-}
+// Room left in a dead letter for its headers and Kafka's record overhead.
+constexpr size_t kDlqHeadroom = 16 << 10;
+}  // namespace
 
 struct Router::Rep {
   RouterOptions o;
@@ -51,6 +54,9 @@ struct Router::Rep {
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
   size_t largest_batch = 0;  // encoded bytes of the largest deltas batch being built
+  // Largest value a dead letter carries whole: the producer's
+  // message.max.bytes less kDlqHeadroom (set in Run()).
+  size_t dlq_max_value = 0;
 
   std::string first_failure;  // first delivery failure; nothing after it is committed
   Status fatal;               // set by callbacks, returned by Run
@@ -143,14 +149,26 @@ struct Router::Rep {
   }
 
   void SendToDlq(const rd_kafka_message_t* m, const std::string& reason) {
-    rd_kafka_headers_t* h = rd_kafka_headers_new(4);
+    rd_kafka_headers_t* h = rd_kafka_headers_new(5);
     std::string part = std::to_string(m->partition);
     std::string off = std::to_string(m->offset);
     rd_kafka_header_add(h, "tally.source.topic", -1, rd_kafka_topic_name(m->rkt), -1);
     rd_kafka_header_add(h, "tally.source.partition", -1, part.data(), part.size());
     rd_kafka_header_add(h, "tally.source.offset", -1, off.data(), off.size());
     rd_kafka_header_add(h, "tally.reason", -1, reason.data(), reason.size());
-    std::string value(static_cast<const char*>(m->payload ? m->payload : ""), m->len);
+    size_t len = m->len;
+    if (len > dlq_max_value) {
+      // The whole record does not fit in a message this producer may send
+      // (Kafka's own default limit is about 1 MB too). Refusing it would
+      // stop the router on every restart; the dead letter keeps a prefix and
+      // the full size, and the source coordinates find the rest.
+      std::string full = std::to_string(m->len);
+      rd_kafka_header_add(h, "tally.value.truncated", -1, full.data(), full.size());
+      TALLY_LOG_WARN(kLog, "dead letter for topic={} partition={} offset={} keeps {} of its {} bytes",
+                     rd_kafka_topic_name(m->rkt), m->partition, m->offset, dlq_max_value, m->len);
+      len = dlq_max_value;
+    }
+    std::string value(static_cast<const char*>(m->payload ? m->payload : ""), m->payload ? len : 0);
     Status st = Produce(o.dlq_topic, RD_KAFKA_PARTITION_UA, value, h);
     if (!st.ok() && fatal.ok()) fatal = st;
   }
@@ -249,6 +267,15 @@ Status Router::Run(const std::atomic<bool>* stop) {
                                                {"acks", "all"},
                                                {"client.id", "tally-router"}});
   if (!pconf.ok()) return pconf.status();
+  {
+    char buf[32];
+    size_t n = sizeof(buf);
+    size_t max_bytes = 1000000;  // librdkafka's default
+    if (rd_kafka_conf_get(pconf->get(), "message.max.bytes", buf, &n) == RD_KAFKA_CONF_OK) {
+      max_bytes = std::strtoull(buf, nullptr, 10);
+    }
+    r.dlq_max_value = max_bytes > 2 * kDlqHeadroom ? max_bytes - kDlqHeadroom : max_bytes / 2;
+  }
   rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Rep::OnDelivery);
   rd_kafka_conf_set_opaque(pconf->get(), &r);
   auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());

@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "query/query_service.h"
+#include "rate_limiter.h"
 
 namespace tally::query {
 
@@ -27,9 +29,27 @@ namespace {
 
 namespace asio = restinio::asio_ns;
 
-// Strands are on: the io_context runs on several threads.
-using Traits = restinio::traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t>;
+// Strands are on: the io_context runs on several threads. The connection
+// count limiter stops accepting at max_connections (a mutex taken per
+// accept and per close, never per request).
+struct Traits : restinio::traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t> {
+  static constexpr bool use_connection_count_limiter = true;
+};
 using Server = restinio::http_server_t<Traits>;
+
+// The rate limiter's key for the peer of a request.
+internal::ClientKey ClientOf(const asio::ip::tcp::endpoint& peer) {
+  const asio::ip::address a = peer.address();
+  if (a.is_v4()) return internal::ClientKey::FromIpv4(a.to_v4().to_uint());
+  return internal::ClientKey::FromIpv6(a.to_v6().to_bytes());
+}
+
+// Probes and scrapers are never rate limited.
+bool ExemptFromRateLimit(std::string_view method, std::string_view target) {
+  if (method != "GET") return false;
+  std::string_view path = target.substr(0, target.find('?'));
+  return path == "/healthz" || path == "/metrics";
+}
 
 // The Authorization header, borrowed from the request; empty if absent.
 std::string_view Authorization(const restinio::http_request_header_t& header) {
@@ -53,6 +73,8 @@ const char* ReasonPhrase(int status) {
       return "Method Not Allowed";
     case 413:
       return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
     case 500:
       return "Internal Server Error";
     case 501:
@@ -133,6 +155,9 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<uint16_t> port{0};
 
+  std::unique_ptr<internal::RateLimiter> rate_limiter;  // null: no --rate-limit
+  base::Counter* rate_limited_total = nullptr;
+
   std::unique_ptr<asio::io_context> io;
   std::unique_ptr<boost::asio::thread_pool> blocking_pool;
   std::unique_ptr<Server> server;
@@ -157,6 +182,10 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
     builder.append_header(restinio::http_field::content_type, std::string(response.content_type));
     if (!response.allow.empty()) {
       builder.append_header(restinio::http_field::allow, std::string(response.allow));
+    }
+    if (response.retry_after_s > 0) {
+      builder.append_header(restinio::http_field::retry_after,
+                            std::to_string(response.retry_after_s));
     }
     if (response.unauthorized) {
       builder.append_header(restinio::http_field::www_authenticate, "Bearer realm=\"tally\"");
@@ -190,6 +219,27 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
     const auto& header = req->header();
     std::string_view method = header.method().c_str();
     std::string_view target = header.request_target();
+    if (rate_limiter && !ExemptFromRateLimit(method, target)) {
+      if (int64_t wait_ms =
+              rate_limiter->Acquire(ClientOf(req->remote_endpoint()),
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+          wait_ms > 0) {
+        rate_limited_total->Inc();
+        Response r{
+            429,
+            kJsonContentType,
+            RenderErrorBody(
+                "rate_limited",
+                fmt::format("over {} requests/s from {}; retry in {} ms", options.rate_limit_per_s,
+                            req->remote_endpoint().address().to_string(), wait_ms)),
+            {}};
+        r.retry_after_s = static_cast<int>((wait_ms + 999) / 1000);
+        Answer(req, std::move(r), /*close=*/false);
+        return restinio::request_accepted();
+      }
+    }
     if (QueryService::MayBlock(method, target)) {
       // Off the I/O threads: a publish waits for the broker's acks. RESTinio
       // lets any thread finish the answer.
@@ -271,6 +321,13 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   if (options.max_readable_body_bytes < options.max_body_bytes) {
     return base::Status::InvalidArgument("http: max_readable_body_bytes < max_body_bytes");
   }
+  if (options.max_connections < 1 || options.read_timeout_ms < 1 || options.write_timeout_ms < 1 ||
+      options.handle_timeout_ms < 1 || options.max_header_count < 1 ||
+      options.max_header_bytes < 1 || options.rate_limit_per_s < 0 || options.rate_burst < 0) {
+    return base::Status::InvalidArgument(
+        "http: max_connections, timeouts and header limits must be positive, rate limits not "
+        "negative");
+  }
   asio::ip::address address;
   uint16_t port = 0;
   TALLY_RETURN_IF_ERROR(ParseListen(options.listen, &address, &port));
@@ -281,6 +338,13 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   self->service = service;
   self->io = std::make_unique<asio::io_context>(options.threads);
   self->blocking_pool = std::make_unique<boost::asio::thread_pool>(options.blocking_threads);
+  if (options.rate_limit_per_s > 0) {
+    double burst = options.rate_burst > 0 ? options.rate_burst : options.rate_limit_per_s;
+    self->rate_limiter =
+        std::make_unique<internal::RateLimiter>(options.rate_limit_per_s, burst < 1 ? 1 : burst);
+  }
+  self->rate_limited_total = base::MetricsRegistry::Global().GetCounter(
+      "tally_http_rate_limited_total", "HTTP requests answered 429 by --rate-limit");
 
   using std::chrono::milliseconds;
   restinio::server_settings_t<Traits> settings;
@@ -293,6 +357,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
       .write_http_response_timelimit(milliseconds(options.write_timeout_ms))
       .handle_request_timeout(milliseconds(options.handle_timeout_ms))
       .max_pipelined_requests(options.max_pipelined_requests)
+      .max_parallel_connections(options.max_connections)
       .concurrent_accepts_count(static_cast<size_t>(options.threads))
       .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}
                                     .max_url_size(options.max_url_bytes)

@@ -126,7 +126,12 @@ class HttpServerTest : public ::testing::Test {
     QueryServiceOptions o;
     o.store = store_.get();
     service_ = std::make_unique<QueryService>(std::move(o));
-    ServerOptions so;
+    Restart(ServerOptions{});
+  }
+
+  // Replaces the server by one with `so` (on a new port).
+  void Restart(ServerOptions so) {
+    server_.reset();
     so.listen = "127.0.0.1:0";
     auto server = HttpServer::Start(so, service_.get());
     ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -275,6 +280,79 @@ TEST_F(HttpServerTest, ConcurrentClientsAllGetTheirAnswers) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 8 * 200);
+}
+
+TEST_F(HttpServerTest, SlowAndIdleConnectionsAreClosedAfterTheReadTimeout) {
+  ServerOptions so;
+  so.read_timeout_ms = 300;
+  Restart(so);
+  Client idle(server_->bound_port());
+  Client half(server_->bound_port());
+  ASSERT_TRUE(half.Send("GET /v1/posts/7/counts HTTP/1.1\r\nHost: te"));
+  Client drip(server_->bound_port());
+  Client good(server_->bound_port());
+  auto start = std::chrono::steady_clock::now();
+  // One byte every 50 ms never finishes a request within the limit.
+  bool drip_closed = false;
+  for (int i = 0; i < 40 && !drip_closed; i++) {
+    drip_closed = !drip.Send("X") || drip.ClosedByPeer(50);
+    EXPECT_EQ(good.Get("/v1/posts/7/counts").body, kPost7);
+  }
+  EXPECT_TRUE(drip_closed);
+  EXPECT_TRUE(idle.ClosedByPeer(3000));
+  EXPECT_TRUE(half.ClosedByPeer(3000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(HttpServerTest, RateLimitAnswers429WithRetryAfterAndSparesProbes) {
+  ServerOptions so;
+  so.rate_limit_per_s = 1;
+  so.rate_burst = 3;
+  Restart(so);
+  Client c(server_->bound_port());
+  for (int i = 0; i < 3; i++) EXPECT_EQ(c.Get("/v1/posts/7/counts").status, 200) << i;
+  HttpResponse r = c.Get("/v1/posts/7/counts");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.head.rfind("HTTP/1.1 429 Too Many Requests\r\n", 0), 0u) << r.head;
+  EXPECT_EQ(r.Header("Retry-After"), "1");
+  EXPECT_EQ(r.body.rfind(R"({"error":{"code":"rate_limited","message":")", 0), 0u) << r.body;
+  EXPECT_EQ(r.Header("Content-Type"), "application/json");
+  EXPECT_EQ(c.Get("/healthz").status, 200);
+  EXPECT_EQ(c.Get("/metrics").status, 200);
+  EXPECT_EQ(c.Get("/v1/users/42/counts").status, 429);
+}
+
+TEST_F(HttpServerTest, NoRateLimitByDefault) {
+  Client c(server_->bound_port());
+  for (int i = 0; i < 300; i++) ASSERT_EQ(c.Get("/v1/posts/7/counts").status, 200) << i;
+}
+
+TEST_F(HttpServerTest, ConnectionsBeyondTheLimitWaitUntilOneCloses) {
+  ServerOptions so;
+  so.max_connections = 2;
+  Restart(so);
+  auto a = std::make_unique<Client>(server_->bound_port());
+  Client b(server_->bound_port());
+  EXPECT_EQ(a->Get("/healthz").status, 200);
+  EXPECT_EQ(b.Get("/healthz").status, 200);
+  Client c(server_->bound_port());  // in the listen backlog: connected, not served
+  ASSERT_TRUE(c.Send("GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"));
+  EXPECT_EQ(c.Read(500).status, 0);
+  a.reset();
+  EXPECT_EQ(c.Read(5000).status, 200);
+}
+
+TEST_F(HttpServerTest, BadLimitsAreRejected) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:0";
+  so.max_connections = 0;
+  EXPECT_FALSE(HttpServer::Start(so, service_.get()).ok());
+  so.max_connections = 10;
+  so.read_timeout_ms = 0;
+  EXPECT_FALSE(HttpServer::Start(so, service_.get()).ok());
+  so.read_timeout_ms = 1000;
+  so.rate_limit_per_s = -1;
+  EXPECT_FALSE(HttpServer::Start(so, service_.get()).ok());
 }
 
 TEST_F(HttpServerTest, StopIsIdempotentAndClosesIdleConnections) {

@@ -256,8 +256,19 @@ bool RootIsAnotherValue(std::string_view json) {
   const size_t i = json.find_first_not_of(" \t\n\r");
   if (i == std::string_view::npos) return false;
   const char c = json[i];
-  return c == '[' || c == '"' || c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' ||
-         c == 'n';
+  if (c == 't' || c == 'f' || c == 'n') {
+    // A literal only when it is spelled out and ends there: "this is not
+    // json" is not JSON at all, and saying "not a JSON object" would mislead.
+    const std::string_view rest = json.substr(i);
+    for (std::string_view lit : {"true", "false", "null"}) {
+      if (rest.substr(0, lit.size()) == lit) {
+        const std::string_view after = rest.substr(lit.size());
+        return after.empty() || std::string_view(" \t\n\r").find(after[0]) != std::string_view::npos;
+      }
+    }
+    return false;
+  }
+  return c == '[' || c == '"' || c == '-' || (c >= '0' && c <= '9');
 }
 
 }  // namespace

@@ -249,6 +249,12 @@ TEST_F(EventParserTest, InvalidJson) {
   Invalid("5", "not a JSON object");
   Invalid("null", "not a JSON object");
   Invalid(R"("like")", "not a JSON object");
+  Invalid("true", "not a JSON object");
+  Invalid("false ", "not a JSON object");
+  // Text that only starts like a literal is not JSON at all.
+  Invalid("this is not json", "not valid JSON: unexpected character");
+  Invalid("nothing", "not valid JSON: unexpected character");
+  Invalid("nullx", "not valid JSON: unexpected character");
   Invalid(Like(R"(,"x":NaN)"), "not valid JSON");
   Invalid(Like(R"(,"x":-Infinity)"), "not valid JSON");
   EXPECT_TRUE(Parse(" \t\r\n" + Like() + "\n ").ok());

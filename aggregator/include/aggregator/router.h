@@ -1,7 +1,10 @@
 // Router: the first stage of the aggregator. Consumes the input topics,
 // validates each record, and publishes its effects to tally.deltas, keyed by
 // the entity they touch; invalid records go to tally.dlq with the original
-// bytes, their source coordinates and a one-line reason (as headers).
+// bytes, their source coordinates and a one-line reason (as headers). A
+// record too large for a message the producer may send (message.max.bytes,
+// less 16 KiB for headers) keeps only that prefix in its dead letter, with
+// its full size in the header tally.value.truncated.
 //
 // At least once, by construction: input offsets are committed only after the
 // broker acknowledged every delta and DLQ record derived from them. Exactly

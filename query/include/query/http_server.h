@@ -14,7 +14,12 @@
 // connection stays usable); a body announced or sent over
 // max_readable_body_bytes is not read at all and the connection is closed
 // without an answer, as are request lines and headers over their limits and
-// bytes that are not HTTP.
+// bytes that are not HTTP. A connection that takes longer than
+// read_timeout_ms to send a whole request (idle keep-alive included) is
+// closed; beyond max_connections open connections, new ones wait in the
+// listen backlog until one closes. With rate_limit_per_s > 0, each client
+// address (IPv6: its /64) gets a token bucket; a request over it is
+// answered 429 rate_limited with Retry-After.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +47,12 @@ struct ServerOptions {
   int write_timeout_ms = 10000;        // writing one answer
   int handle_timeout_ms = 30000;       // answering one request (publishes wait for acks)
   int shutdown_grace_ms = 10000;       // Stop(): longest wait for requests in flight
+  size_t max_connections = 10000;      // open connections at once (>= 1)
+  // Requests per second per client address; 0 = no limit. GET /healthz and
+  // GET /metrics are never limited. rate_burst: bucket size (0 = one
+  // second's worth, at least 1).
+  double rate_limit_per_s = 0;
+  double rate_burst = 0;
 };
 
 class HttpServer {

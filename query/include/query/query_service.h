@@ -56,6 +56,7 @@ struct Response {
   std::string body;
   std::string_view allow;  // the Allow header of a 405; empty otherwise
   bool unauthorized = false;  // a 401: answer with WWW-Authenticate: Bearer
+  int retry_after_s = 0;      // > 0: answer with Retry-After (a 429)
 };
 
 inline constexpr std::string_view kJsonContentType = "application/json";
