@@ -80,8 +80,8 @@ void AddHttpFlags(base::FlagSet* fs, HttpFlags* f) {
   fs->Int("write-timeout-ms", &f->write_timeout_ms,
           "a client must take each answer within this many ms, or its connection is closed");
   fs->Int("max-connections", &f->max_connections,
-          "most open HTTP connections; further ones wait in the listen backlog (lowered to fit the open-file "
-          "limit)");
+          "most open HTTP connections, split evenly over the HTTP threads; further ones wait in the listen "
+          "backlog (lowered to fit the open-file limit)");
   fs->Int("rate-limit", &f->rate_limit,
           "requests per second per client address (IPv6: per /64), reads and writes alike, answered 429 with "
           "Retry-After beyond it; GET /healthz and /metrics are exempt; 0: no limit");

@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -29,10 +30,12 @@ namespace {
 
 namespace asio = restinio::asio_ns;
 
-// Strands are on: the io_context runs on several threads. The connection
-// count limiter stops accepting at max_connections (a mutex taken per
-// accept and per close, never per request).
-struct Traits : restinio::traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t> {
+// Share nothing between I/O threads: each runs an io_context and a server
+// of its own, bound to the same port with SO_REUSEPORT (the kernel spreads
+// connections over them), so a connection lives on one thread and needs no
+// strand, and no thread wakes another to hand it work. The connection count
+// limiter stops accepting at the shard's share of max_connections.
+struct Traits : restinio::single_thread_traits_t<restinio::asio_timer_manager_t, restinio::null_logger_t> {
   static constexpr bool use_connection_count_limiter = true;
 };
 using Server = restinio::http_server_t<Traits>;
@@ -158,9 +161,13 @@ struct HttpServer::Impl {
   std::unique_ptr<internal::RateLimiter> rate_limiter;  // null: no --rate-limit
   base::Counter* rate_limited_total = nullptr;
 
-  std::unique_ptr<asio::io_context> io;
+  // One per I/O thread; each server lives on its own io_context.
+  struct Shard {
+    std::unique_ptr<asio::io_context> io;
+    std::unique_ptr<Server> server;
+  };
+  std::vector<Shard> shards;
   std::unique_ptr<boost::asio::thread_pool> blocking_pool;
-  std::unique_ptr<Server> server;
   std::vector<std::thread> threads;
   std::mutex stop_mu;
   bool stopped = false;  // guarded by stop_mu
@@ -275,16 +282,19 @@ void HttpServer::Impl::StopNow() {
   std::lock_guard<std::mutex> lock(stop_mu);
   if (stopped) return;
   stopped = true;
-  if (!server) return;  // Start() failed before running anything
+  if (shards.empty()) return;  // Start() failed before running anything
   stopping.store(true, std::memory_order_release);
 
-  // 1. Stop accepting: close the acceptor on its own executor.
-  std::promise<void> closed;
-  server->close_async([&closed]() noexcept { closed.set_value(); },
-                      [&closed](std::exception_ptr) noexcept { closed.set_value(); });
-  if (closed.get_future().wait_for(std::chrono::milliseconds(options.shutdown_grace_ms)) !=
-      std::future_status::ready) {
-    TALLY_LOG_WARN("http", "closing the listener timed out; stopping anyway");
+  // 1. Stop accepting: close each listener on its own executor.
+  for (Shard& shard : shards) {
+    if (!shard.server) continue;
+    std::promise<void> closed;
+    shard.server->close_async([&closed]() noexcept { closed.set_value(); },
+                              [&closed](std::exception_ptr) noexcept { closed.set_value(); });
+    if (closed.get_future().wait_for(std::chrono::milliseconds(options.shutdown_grace_ms)) !=
+        std::future_status::ready) {
+      TALLY_LOG_WARN("http", "closing a listener timed out; stopping anyway");
+    }
   }
 
   // 2. Let the requests in flight be answered (requests that still arrive
@@ -304,11 +314,14 @@ void HttpServer::Impl::StopNow() {
   //    while the io_context still exists for their answers to be posted to.
   blocking_pool->join();
   // 4. Drop every connection and join the I/O threads.
-  io->stop();
+  for (Shard& shard : shards) shard.io->stop();
   for (std::thread& t : threads) t.join();
   threads.clear();
-  server.reset();
-  io.reset();  // destroys the pending handlers and with them the connections
+  for (Shard& shard : shards) {
+    shard.server.reset();
+    shard.io.reset();  // destroys the pending handlers and with them the connections
+  }
+  shards.clear();
   blocking_pool.reset();
 }
 
@@ -336,7 +349,6 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   Impl* self = impl.get();
   self->options = options;
   self->service = service;
-  self->io = std::make_unique<asio::io_context>(options.threads);
   self->blocking_pool = std::make_unique<boost::asio::thread_pool>(options.blocking_threads);
   if (options.rate_limit_per_s > 0) {
     double burst = options.rate_burst > 0 ? options.rate_burst : options.rate_limit_per_s;
@@ -346,50 +358,80 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   self->rate_limited_total = base::MetricsRegistry::Global().GetCounter(
       "tally_http_rate_limited_total", "HTTP requests answered 429 by --rate-limit");
 
-  using std::chrono::milliseconds;
-  restinio::server_settings_t<Traits> settings;
-  settings.address(address)
-      .protocol(address.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4())
-      .port(port)
-      .request_handler(
-          [self](restinio::request_handle_t req) { return self->OnRequest(std::move(req)); })
-      .read_next_http_message_timelimit(milliseconds(options.read_timeout_ms))
-      .write_http_response_timelimit(milliseconds(options.write_timeout_ms))
-      .handle_request_timeout(milliseconds(options.handle_timeout_ms))
-      .max_pipelined_requests(options.max_pipelined_requests)
-      .max_parallel_connections(options.max_connections)
-      .concurrent_accepts_count(static_cast<size_t>(options.threads))
-      .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}
-                                    .max_url_size(options.max_url_bytes)
-                                    .max_field_name_size(1024)
-                                    .max_field_value_size(options.max_header_bytes)
-                                    .max_field_count(options.max_header_count)
-                                    .max_body_size(options.max_readable_body_bytes))
-      .socket_options_setter(
-          [](restinio::socket_options_t& o) { o.set_option(asio::ip::tcp::no_delay(true)); })
-      .acceptor_post_bind_hook([self](asio::ip::tcp::acceptor& acceptor) {
-        self->port.store(acceptor.local_endpoint().port());
-      });
+  // SO_REUSEPORT would also let another process bind the port and take a
+  // share of the connections: first make sure nobody listens there.
+  if (port != 0) {
+    try {
+      asio::io_context probe_io;
+      asio::ip::tcp::acceptor probe(probe_io);
+      asio::ip::tcp::endpoint ep(address, port);
+      probe.open(ep.protocol());
+      probe.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+      probe.bind(ep);
+    } catch (const std::exception& e) {
+      self->blocking_pool->join();
+      return base::Status::Unavailable(
+          fmt::format("http: cannot listen on {}: {}", options.listen, e.what()));
+    }
+  }
 
-  try {
-    self->server =
-        std::make_unique<Server>(restinio::external_io_context(*self->io), std::move(settings));
-    // Binding here, before any thread runs the io_context, makes a taken
-    // port an error of Start() rather than of a background thread.
-    self->server->open_sync();
-  } catch (const std::exception& e) {
-    self->server.reset();
-    self->blocking_pool->join();
-    return base::Status::Unavailable(
-        fmt::format("http: cannot listen on {}: {}", options.listen, e.what()));
+  using std::chrono::milliseconds;
+  const size_t per_shard_connections =
+      std::max<size_t>(1, (options.max_connections + static_cast<size_t>(options.threads) - 1) /
+                              static_cast<size_t>(options.threads));
+  for (int i = 0; i < options.threads; i++) {
+    Impl::Shard shard;
+    shard.io = std::make_unique<asio::io_context>(1);
+    // The first shard may bind port 0; the others join the port it got.
+    uint16_t shard_port = i == 0 ? port : self->port.load();
+    restinio::server_settings_t<Traits> settings;
+    settings.address(address)
+        .protocol(address.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4())
+        .port(shard_port)
+        .request_handler(
+            [self](restinio::request_handle_t req) { return self->OnRequest(std::move(req)); })
+        .read_next_http_message_timelimit(milliseconds(options.read_timeout_ms))
+        .write_http_response_timelimit(milliseconds(options.write_timeout_ms))
+        .handle_request_timeout(milliseconds(options.handle_timeout_ms))
+        .max_pipelined_requests(options.max_pipelined_requests)
+        .max_parallel_connections(per_shard_connections)
+        .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}
+                                      .max_url_size(options.max_url_bytes)
+                                      .max_field_name_size(1024)
+                                      .max_field_value_size(options.max_header_bytes)
+                                      .max_field_count(options.max_header_count)
+                                      .max_body_size(options.max_readable_body_bytes))
+        .acceptor_options_setter([](restinio::acceptor_options_t& o) {
+          o.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+          o.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true));
+        })
+        .socket_options_setter(
+            [](restinio::socket_options_t& o) { o.set_option(asio::ip::tcp::no_delay(true)); })
+        .acceptor_post_bind_hook([self](asio::ip::tcp::acceptor& acceptor) {
+          self->port.store(acceptor.local_endpoint().port());
+        });
+    try {
+      shard.server =
+          std::make_unique<Server>(restinio::external_io_context(*shard.io), std::move(settings));
+      // Binding here, before any thread runs an io_context, makes a taken
+      // port an error of Start() rather than of a background thread.
+      shard.server->open_sync();
+    } catch (const std::exception& e) {
+      self->shards.clear();
+      self->blocking_pool->join();
+      return base::Status::Unavailable(
+          fmt::format("http: cannot listen on {}: {}", options.listen, e.what()));
+    }
+    self->shards.push_back(std::move(shard));
   }
   for (int i = 0; i < options.threads; i++) {
-    self->threads.emplace_back([self, i] {
+    asio::io_context* io = self->shards[static_cast<size_t>(i)].io.get();
+    self->threads.emplace_back([io, i] {
       pthread_setname_np(pthread_self(), fmt::format("tally-http-{}", i).substr(0, 15).c_str());
       // Handlers do not throw (OnRequest is noexcept); RESTinio's own
       // exceptions are caught per connection. Anything else is a bug.
       try {
-        self->io->run();
+        io->run();
       } catch (const std::exception& e) {
         TALLY_LOG_ERROR("http", "I/O thread stopped by an exception: {}", e.what());
       }
