@@ -338,6 +338,21 @@ Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::str
   return Status::Ok();
 }
 
+// True when `dir` holds nothing but partition-NNN directories: empty, or a
+// state whose creation stopped before its TALLY file was written (its
+// partitions hold nothing yet, as no writer got the store before TALLY).
+bool HoldsOnlyPartitionDirs(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_directory(ec) || name.size() < 13 || name.rfind("partition-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 10) != std::string::npos) {
+      return false;
+    }
+  }
+  return !ec;
+}
+
 Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* cluster) {
   std::string path = dir + "/" + kMetaFile;
   std::ifstream f(path);
@@ -369,6 +384,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   std::error_code ec;
   const std::string& dir = options.dir;
   uint32_t recorded_partitions = 0;
+  bool create_meta = false;
   Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
   if (meta.code() == base::StatusCode::kNotFound) {
     if (options.partitions == 0) {
@@ -377,13 +393,15 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (options.read_only) {
       return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
     }
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    if (fs::exists(dir, ec) && !HoldsOnlyPartitionDirs(dir)) {
       return Status::FailedPrecondition(
           fmt::format("{} is not empty and is not a tally state directory (no TALLY file)", dir));
     }
     fs::create_directories(dir, ec);
     if (ec) return Status::IOError(fmt::format("creating {}: {}", dir, ec.message()));
-    TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
+    // TALLY is written once every partition exists (below): a reader that
+    // sees it can open them all.
+    create_meta = true;
     recorded_partitions = options.partitions;
   } else if (!meta.ok()) {
     return meta;
@@ -467,6 +485,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->current = std::move(current);
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
+  if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
   TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
                  options.read_only ? ", read-only" : "",
                  rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);
