@@ -8,13 +8,18 @@ function(tally_compile_options target)
   if(TALLY_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  # A fuzz build is a sanitizer build too: libFuzzer finds little without
+  # ASan and UBSan, and every test of the tree must link their runtimes.
+  if(TALLY_SANITIZE OR TALLY_FUZZ)
+    # -fno-sanitize-recover: the first finding aborts the process, so a test
+    # cannot pass with a report buried in its output.
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-sanitize-recover=all
+                                             -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
   if(TALLY_FUZZ)
     # Coverage for libFuzzer in every library a fuzz target links.
-    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
-  endif()
-  if(TALLY_SANITIZE)
-    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
-    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
   endif()
 endfunction()
 
@@ -57,10 +62,17 @@ function(tally_fuzz_target name)
   cmake_parse_arguments(ARG "" "CORPUS" "SOURCES;DEPS" ${ARGN})
   if(TALLY_FUZZ)
     add_executable(${name} ${ARG_SOURCES})
-    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    # New inputs go to the first directory (the build's own corpus); the
+    # checked-in corpus is read, never written. A crashing input is written
+    # to fuzz-crashes/<name>/ in the build directory, to be copied into the
+    # checked-in corpus, where the replay test of the normal build keeps it.
     set(work ${CMAKE_CURRENT_BINARY_DIR}/${name}-corpus)
-    file(MAKE_DIRECTORY ${work})
-    add_test(NAME ${name} COMMAND ${name} -max_total_time=${TALLY_FUZZ_SECONDS} -seed=1 ${work} ${ARG_CORPUS})
+    set(crashes ${CMAKE_BINARY_DIR}/fuzz-crashes/${name})
+    file(MAKE_DIRECTORY ${work} ${crashes})
+    add_test(NAME ${name} COMMAND ${name} -max_total_time=${TALLY_FUZZ_SECONDS} -seed=${TALLY_FUZZ_SEED}
+             -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=${crashes}/
+             ${work} ${ARG_CORPUS})
   else()
     add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/base/fuzz/fuzz_main.cc)
     add_test(NAME ${name} COMMAND ${name} ${ARG_CORPUS})

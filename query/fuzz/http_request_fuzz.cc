@@ -17,11 +17,12 @@
 namespace {
 
 struct Fixture {
+  std::filesystem::path dir;
   std::unique_ptr<tally::store::StateStore> store;
   std::unique_ptr<tally::query::QueryService> service;
   Fixture() {
     namespace fs = std::filesystem;
-    fs::path dir = fs::temp_directory_path() / ("tally-http-fuzz-" + std::to_string(::getpid()));
+    dir = fs::temp_directory_path() / ("tally-http-fuzz-" + std::to_string(::getpid()));
     fs::remove_all(dir);
     tally::store::StoreOptions o;
     o.dir = dir.string();
@@ -41,12 +42,34 @@ struct Fixture {
     q.ready = [] { return true; };
     service = std::make_unique<tally::query::QueryService>(std::move(q));
   }
+  ~Fixture() {
+    service.reset();
+    store.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
 };
+
+// Built on the first input, destroyed at exit (not at static destruction,
+// whose order against RocksDB's own statics is unspecified), so that no run
+// leaves its state directory behind in the temp directory.
+Fixture* g_fixture = nullptr;
+
+Fixture* GetFixture() {
+  if (g_fixture == nullptr) {
+    g_fixture = new Fixture();
+    std::atexit([] {
+      delete g_fixture;
+      g_fixture = nullptr;
+    });
+  }
+  return g_fixture;
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Fixture* f = new Fixture();
+  Fixture* f = GetFixture();
   std::string_view in(reinterpret_cast<const char*>(data), size);
   size_t eol = in.find('\n');
   std::string_view line = in.substr(0, eol);

@@ -380,6 +380,21 @@ Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::str
   return Status::Ok();
 }
 
+// True when `dir` holds nothing but partition-NNN directories: empty, or a
+// state whose creation stopped before its TALLY file was written (its
+// partitions hold nothing yet, as no writer got the store before TALLY).
+bool HoldsOnlyPartitionDirs(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_directory(ec) || name.size() < 13 || name.rfind("partition-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 10) != std::string::npos) {
+      return false;
+    }
+  }
+  return !ec;
+}
+
 Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* cluster) {
   std::string path = dir + "/" + kMetaFile;
   std::ifstream f(path);
@@ -411,7 +426,8 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   std::error_code ec;
   const std::string& dir = options.dir;
   uint32_t recorded_partitions = 0;
-  bool fresh = false;  // the TALLY file was written just now
+  // A new state: its partitions are created, then TALLY is written.
+  bool create_meta = false;
   Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
   if (meta.code() == base::StatusCode::kNotFound) {
     if (options.partitions == 0) {
@@ -423,15 +439,16 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
       return Status::FailedPrecondition(fmt::format("{} is not a directory", dir));
     }
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    if (fs::exists(dir, ec) && !HoldsOnlyPartitionDirs(dir)) {
       return Status::FailedPrecondition(
           fmt::format("{} is not empty and is not a tally state directory (no TALLY file)", dir));
     }
     fs::create_directories(dir, ec);
     if (ec) return Status::IOError(fmt::format("creating {}: {}", dir, ec.message()));
-    TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
+    // TALLY is written once every partition exists (below): a reader that
+    // sees it can open them all.
+    create_meta = true;
     recorded_partitions = options.partitions;
-    fresh = true;
   } else if (!meta.ok()) {
     return meta;
   }
@@ -447,7 +464,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // Only a state created just now gets new databases: in an existing one, a
   // missing partition is damage to report, never an empty partition to
   // count from (that would serve wrong counts silently).
-  db_options.create_if_missing = !options.read_only && fresh;
+  // Databases are created only with a new state: a partition missing from
+  // an existing one is damage to report, not an empty partition to serve.
+  db_options.create_if_missing = !options.read_only && create_meta;
   // A record torn by a crash at the end of the WAL is dropped (it was never
   // acknowledged); a damaged record anywhere else fails the open instead of
   // silently dropping everything after it.
@@ -516,12 +535,6 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     rocksdb::Status s;
     std::string current;
     if (options.read_only) {
-      // The writer records the state (TALLY) before it creates the
-      // partitions: a reader started beside it waits for them a little.
-      for (int waited_ms = 0; !fs::exists(path + "/CURRENT", ec) && waited_ms < 30000; waited_ms += 100) {
-        if (waited_ms == 0) TALLY_LOG_INFO("store", "waiting for the writer to create {}", path);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
       current = ReadCurrentFile(path);
       s = rocksdb::DB::OpenAsSecondary(db_options, path, rep->secondary_dir + "/" + PartitionDirName(i) + ".0", &raw);
     } else {
@@ -538,6 +551,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->current = std::move(current);
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
+  if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
   TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
                  options.read_only ? ", read-only" : "",
                  rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);

@@ -112,6 +112,24 @@ TEST_F(StateStoreTest, RejectsForeignDirectory) {
   EXPECT_EQ(s.status().code(), base::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(StateStoreTest, TallyFileIsWrittenOnceEveryPartitionExists) {
+  // A creation that stopped before TALLY left partition directories only:
+  // the next open takes the directory as new and completes it.
+  fs::create_directories(dir_ / "partition-000");
+  fs::create_directories(dir_ / "partition-002");
+  {
+    auto store = OpenOrDie();
+    EXPECT_TRUE(fs::exists(dir_ / "TALLY"));
+  }
+  for (int i = 0; i < 4; i++) {
+    EXPECT_TRUE(fs::exists(dir_ / ("partition-00" + std::to_string(i)) / "CURRENT")) << i;
+  }
+  StoreOptions ro = options_;
+  ro.read_only = true;
+  auto reader = StateStore::Open(ro);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+}
+
 TEST_F(StateStoreTest, CorruptMetaFileIsReported) {
   { auto store = OpenOrDie(); }
   std::ofstream(dir_ / "TALLY", std::ios::trunc) << "{garbage";
