@@ -202,14 +202,16 @@ void AppendPostCounts(std::string* out, const store::PostCounts& c) {
 // tally_http_request_duration_seconds{route}, registered on first use and
 // cached so the hot path is one relaxed atomic add.
 
-constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 500, 501, 503};
+constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 429, 500, 501, 503};
 constexpr int kStatusSlotCount = static_cast<int>(std::size(kStatusSlots));
 
 int StatusSlot(int status) {
+  int fallback = 0;
   for (int i = 0; i < kStatusSlotCount; i++) {
     if (kStatusSlots[i] == status) return i;
+    if (kStatusSlots[i] == 500) fallback = i;
   }
-  return 6;  // 500: every status we answer is listed; keep a safe fallback
+  return fallback;  // every status we answer is listed; anything else counts as 500
 }
 
 struct HttpMetrics {

@@ -21,9 +21,9 @@ namespace {
 using testing::FillTestState;
 using testing::TempDir;
 
-Request Get(std::string_view target) { return Request{"GET", target, {}, false}; }
+Request Get(std::string_view target) { return Request{"GET", target, {}, false, {}}; }
 Request Post(std::string_view target, std::string_view body = {}) {
-  return Request{"POST", target, body, false};
+  return Request{"POST", target, body, false, {}};
 }
 
 // The error code of an error body, after checking the body's exact shape.
@@ -195,7 +195,7 @@ TEST_F(QueryServiceTest, WrongMethodIs405WithAllow) {
                                          {"GET", "/v1/users/42/unread/like/reset", "POST"},
                                          {"POST", "/metrics", "GET"},
                                          {"get", "/v1/info", "GET"}}) {
-    Response r = service_->Handle(Request{c.method, c.target, {}, false});
+    Response r = service_->Handle(Request{c.method, c.target, {}, false, {}});
     EXPECT_EQ(r.status, 405) << c.method << " " << c.target;
     EXPECT_EQ(ErrorCode(r), "method_not_allowed");
     EXPECT_EQ(r.allow, c.allow) << c.target;
@@ -366,7 +366,7 @@ TEST_F(QueryServiceTest, MalformedRequestsGetPreciseErrors) {
   };
   ASSERT_GE(cases.size(), 25u);
   for (const Case& c : cases) {
-    Response r = service_->Handle(Request{c.method, c.target, c.body, false});
+    Response r = service_->Handle(Request{c.method, c.target, c.body, false, {}});
     EXPECT_EQ(r.status, c.status) << c.method << " " << c.target << " -> " << r.body;
     EXPECT_EQ(r.content_type, kJsonContentType);
     EXPECT_EQ(ErrorCode(r), c.code) << c.target << " -> " << r.body;

@@ -176,7 +176,7 @@ TEST_F(WatermarkSourceTest, ReportsLagUntilEverythingIsAppliedAndServesExactJson
   so.store = store_.get();
   so.watermarks = source_.get();
   QueryService service(std::move(so));
-  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false});
+  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false, {}});
   EXPECT_EQ(resp.status, 200);
   EXPECT_EQ(
       resp.body,
@@ -216,7 +216,7 @@ TEST_F(WatermarkSourceTest, UnreachableBrokerIsUnavailable) {
   so.store = store_.get();
   so.watermarks = w->get();
   QueryService service(std::move(so));
-  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false});
+  Response resp = service.Handle(Request{"GET", "/v1/watermarks", {}, false, {}});
   EXPECT_EQ(resp.status, 503);
   EXPECT_EQ(resp.body.rfind(R"({"error":{"code":"unavailable","message":"watermarks: )", 0), 0u)
       << resp.body;
