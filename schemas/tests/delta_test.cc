@@ -127,7 +127,9 @@ TEST(DeltaBatchTest, DamagedBatchesAreReportedNeverCrash) {
     Delta d;
     while (r.Next(&d)) {
     }
-    if (trial % 2) EXPECT_FALSE(r.status().ok()) << "truncated to " << bad.size();
+    if (trial % 2) {
+      EXPECT_FALSE(r.status().ok()) << "truncated to " << bad.size();
+    }
   }
 }
 
