@@ -40,6 +40,19 @@ struct Traits : restinio::single_thread_traits_t<restinio::asio_timer_manager_t,
 };
 using Server = restinio::http_server_t<Traits>;
 
+// An io_context whose pending handlers can be destroyed while it, and the
+// server using it, still exist. A connection's destructor tells the server's
+// connection count limiter that it is gone: destroying the io_context (and
+// with it the idle connections waiting in it) after the server would touch
+// a freed limiter; destroying the server first would leave its acceptor
+// pointing into freed services.
+class IoContext : public asio::io_context {
+ public:
+  explicit IoContext(int concurrency_hint) : asio::io_context(concurrency_hint) {}
+  // Destroys every pending handler (and so every connection) now.
+  void DropPendingHandlers() { shutdown(); }
+};
+
 // The rate limiter's key for the peer of a request.
 internal::ClientKey ClientOf(const asio::ip::tcp::endpoint& peer) {
   const asio::ip::address a = peer.address();
@@ -163,7 +176,7 @@ struct HttpServer::Impl {
 
   // One per I/O thread; each server lives on its own io_context.
   struct Shard {
-    std::unique_ptr<asio::io_context> io;
+    std::unique_ptr<IoContext> io;
     std::unique_ptr<Server> server;
   };
   std::vector<Shard> shards;
@@ -318,8 +331,9 @@ void HttpServer::Impl::StopNow() {
   for (std::thread& t : threads) t.join();
   threads.clear();
   for (Shard& shard : shards) {
+    shard.io->DropPendingHandlers();  // the remaining connections, while their server exists
     shard.server.reset();
-    shard.io.reset();  // destroys the pending handlers and with them the connections
+    shard.io.reset();
   }
   shards.clear();
   blocking_pool.reset();
@@ -381,7 +395,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
                               static_cast<size_t>(options.threads));
   for (int i = 0; i < options.threads; i++) {
     Impl::Shard shard;
-    shard.io = std::make_unique<asio::io_context>(1);
+    shard.io = std::make_unique<IoContext>(1);
     // The first shard may bind port 0; the others join the port it got.
     uint16_t shard_port = i == 0 ? port : self->port.load();
     restinio::server_settings_t<Traits> settings;
@@ -395,6 +409,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
         .handle_request_timeout(milliseconds(options.handle_timeout_ms))
         .max_pipelined_requests(options.max_pipelined_requests)
         .max_parallel_connections(per_shard_connections)
+        .concurrent_accepts_count(4)
         .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}
                                       .max_url_size(options.max_url_bytes)
                                       .max_field_name_size(1024)
@@ -425,7 +440,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
     self->shards.push_back(std::move(shard));
   }
   for (int i = 0; i < options.threads; i++) {
-    asio::io_context* io = self->shards[static_cast<size_t>(i)].io.get();
+    IoContext* io = self->shards[static_cast<size_t>(i)].io.get();
     self->threads.emplace_back([io, i] {
       pthread_setname_np(pthread_self(), fmt::format("tally-http-{}", i).substr(0, 15).c_str());
       // Handlers do not throw (OnRequest is noexcept); RESTinio's own
