@@ -19,7 +19,6 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "router";
-constexpr size_t kMaxDeltasMessageBytes = 512 << 10;
 constexpr size_t kMaxGenerationsInFlight = 8;
 // Room left in a dead letter for its headers and Kafka's record overhead.
 constexpr size_t kDlqHeadroom = 16 << 10;
@@ -54,6 +53,9 @@ struct Router::Rep {
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
   size_t largest_batch = 0;  // encoded bytes of the largest deltas batch being built
+  // A flush is forced when a deltas batch reaches this: half the producer's
+  // message.max.bytes (set in Run()), so lz4 never has to save it.
+  size_t max_deltas_message = 0;
   // Largest value a dead letter carries whole: the producer's
   // message.max.bytes less kDlqHeadroom (set in Run()).
   size_t dlq_max_value = 0;
@@ -275,6 +277,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
       max_bytes = std::strtoull(buf, nullptr, 10);
     }
     r.dlq_max_value = max_bytes > 2 * kDlqHeadroom ? max_bytes - kDlqHeadroom : max_bytes / 2;
+    r.max_deltas_message = max_bytes / 2;
   }
   rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Rep::OnDelivery);
   rd_kafka_conf_set_opaque(pconf->get(), &r);
@@ -334,7 +337,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
     rd_kafka_poll(r.producer.get(), 0);
     if (r.first_pending_ms >= 0 &&
         (base::SteadyMs() - r.first_pending_ms >= r.o.linger_ms || r.pending_bytes >= r.o.max_batch_bytes ||
-         r.largest_batch >= kMaxDeltasMessageBytes)) {
+         r.largest_batch >= r.max_deltas_message)) {
       result = r.Seal();
       if (!result.ok()) break;
       // Bounded pipeline: with too many flushes in flight, wait for the oldest.
