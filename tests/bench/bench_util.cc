@@ -125,11 +125,16 @@ Process::~Process() {
   }
 }
 
-Status Process::Start(const std::vector<std::string>& argv, const std::string& log_path) {
+Status Process::Start(const std::vector<std::string>& argv, const std::string& log_path,
+                      const std::string& stdout_path) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (stdout_path.empty()) {
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -197,17 +202,8 @@ uint64_t Process::PeakRssBytes() const { return pid_ > 0 ? StatusField(pid_, "Vm
 Result<std::string> RunCapture(const std::vector<std::string>& argv, const std::string& log_path,
                                double timeout_s) {
   std::string out_path = log_path + ".out";
-  std::vector<std::string> sh = {"/bin/sh", "-c", ""};
-  std::string cmd = "exec";
-  for (const auto& a : argv) {
-    std::string q = "'";
-    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    cmd += " " + q + "'";
-  }
-  cmd += " >'" + out_path + "'";
-  sh[2] = cmd;
   Process p;
-  TALLY_RETURN_IF_ERROR(p.Start(sh, log_path));
+  TALLY_RETURN_IF_ERROR(p.Start(argv, log_path, out_path));
   int st = p.Wait(timeout_s);
   if (st == -1) {
     p.Stop(1);

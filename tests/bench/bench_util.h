@@ -32,8 +32,9 @@ int FreePort();
 // most `timeout_s`.
 bool WaitForPort(int port, double timeout_s);
 
-// A child process. Its stdout and stderr go to `log_path`. The destructor
-// kills (SIGKILL) a child still running.
+// A child process. Its stderr goes to `log_path`, and so does its stdout
+// unless `stdout_path` is given. The destructor kills (SIGKILL) a child
+// still running.
 class Process {
  public:
   Process() = default;
@@ -41,7 +42,8 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  base::Status Start(const std::vector<std::string>& argv, const std::string& log_path);
+  base::Status Start(const std::vector<std::string>& argv, const std::string& log_path,
+                     const std::string& stdout_path = {});
   pid_t pid() const { return pid_; }
   bool running();
   // SIGTERM, then SIGKILL after `grace_s`. Returns the exit status as

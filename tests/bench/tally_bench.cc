@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -692,21 +693,24 @@ Result<std::map<std::string, double>> Bench::RedisBenchmark(const std::vector<st
 
 // Posts 0..keys-1 as redis-benchmark names them (-r pads to 12 digits): a
 // hash of 4 counters (HGETALL) and the same as one JSON string (GET).
+// One post as a Redis counter farm keeps it: a hash of its 4 counters.
+// Returns the counters rendered, for callers that also want them elsewhere.
+std::array<std::string, 4> AddPostHash(RedisPipe* pipe, std::string_view key, const int64_t v[4]) {
+  std::array<std::string, 4> s = {std::to_string(v[0]), std::to_string(v[1]), std::to_string(v[2]),
+                                  std::to_string(v[3])};
+  pipe->Add({"HSET", key, "like", s[0], "repost", s[1], "comment", s[2], "view", s[3]});
+  return s;
+}
+
 Status Bench::LoadRedisQueryData() {
   if (redis_query_data_) return Status::Ok();
   RedisPipe pipe;
-  char key[32], json[160], a[24], b[24], c[24], d[24];
   for (int64_t i = 0; i < f_.keys; i++) {
-    std::snprintf(a, sizeof(a), "%lld", static_cast<long long>(i % 1000));
-    std::snprintf(b, sizeof(b), "%lld", static_cast<long long>(i % 100));
-    std::snprintf(c, sizeof(c), "%lld", static_cast<long long>(i % 10));
-    std::snprintf(d, sizeof(d), "%lld", static_cast<long long>(i * 7));
-    std::snprintf(key, sizeof(key), "p:%012lld", static_cast<long long>(i));
-    pipe.Add({"HSET", key, "like", a, "repost", b, "comment", c, "view", d});
-    std::snprintf(key, sizeof(key), "c:%012lld", static_cast<long long>(i));
-    std::snprintf(json, sizeof(json), "{\"post_id\":%lld,\"like\":%s,\"repost\":%s,\"comment\":%s,\"view\":%s}",
-                  static_cast<long long>(i), a, b, c, d);
-    pipe.Add({"SET", key, json});
+    const int64_t v[4] = {i % 1000, i % 100, i % 10, i * 7};
+    auto s = AddPostHash(&pipe, fmt::format("p:{:012}", i), v);
+    pipe.Add({"SET", fmt::format("c:{:012}", i),
+              fmt::format(R"({{"post_id":{},"like":{},"repost":{},"comment":{},"view":{}}})", i, s[0], s[1], s[2],
+                          s[3])});
   }
   uint64_t errors = 0;
   auto secs = pipe.Send(redis_port_, &errors);
@@ -916,18 +920,12 @@ Status Bench::Storage(Result_* r) {
   auto used0 = used();
   if (!used0.ok()) return used0.status();
   constexpr uint64_t kChunk = 1000000;
-  char key[32], a[24], b[24], c[24], d[24];
   for (uint64_t lo = 1; lo <= n; lo += kChunk) {
     RedisPipe pipe;
     for (uint64_t id = lo; id < lo + kChunk && id <= n; id++) {
       int64_t v[4];
       counters(id, v);
-      std::snprintf(key, sizeof(key), "p:%llu", static_cast<unsigned long long>(id));
-      std::snprintf(a, sizeof(a), "%lld", static_cast<long long>(v[0]));
-      std::snprintf(b, sizeof(b), "%lld", static_cast<long long>(v[1]));
-      std::snprintf(c, sizeof(c), "%lld", static_cast<long long>(v[2]));
-      std::snprintf(d, sizeof(d), "%lld", static_cast<long long>(v[3]));
-      pipe.Add({"HSET", key, "like", a, "repost", b, "comment", c, "view", d});
+      AddPostHash(&pipe, fmt::format("p:{}", id), v);
     }
     uint64_t errors = 0;
     auto secs = pipe.Send(redis_port_, &errors);
