@@ -86,6 +86,11 @@ Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& option
   // After an outage every client is back within about a second of the
   // broker (librdkafka's default backoff grows to 10 s).
   TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "reconnect.backoff.max.ms", "1000"));
+  // librdkafka leaves Nagle on: a small request (a produce of derived deltas,
+  // an offset commit) sent while an earlier one is unacknowledged then waits
+  // for the peer's delayed ACK, tens of milliseconds. Batching is done by
+  // linger.ms, not by TCP.
+  TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "socket.nagle.disable", "true"));
   for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
   if (options.embedded && type == RD_KAFKA_CONSUMER) {
     // The mock cluster completes a rebalance only after session.timeout.ms - 1000.
