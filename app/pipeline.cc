@@ -29,7 +29,7 @@ void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f) {
 
 void AddTopicFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->Repeated("input-topic", &f->input_topics, "input topic");
-  fs->String("group", &f->group, "consumer group of the router (the applier uses GROUP-applier)");
+  fs->String("group", &f->group, "consumer group holding the router's input offsets (tally aggregate's router joins it; tally up routes every partition without joining)");
 }
 
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {

@@ -34,6 +34,7 @@ void PipelineRunner::Start() {
       ro.input_topics = options_.input_topics;
       ro.group = options_.group;
       ro.deltas_partitions = options_.deltas_partitions;
+      ro.whole_topics = options_.whole_topics;
       return aggregator::Router(ro).Run(&stop_);
     });
   }

@@ -19,6 +19,7 @@ struct PipelineOptions {
   uint32_t deltas_partitions = 0;
   bool run_router = true;
   bool run_applier = true;
+  bool whole_topics = false;  // the router takes every input partition (RouterOptions::whole_topics)
   int flush_ms = 20;
   size_t key_budget = 200000;
 };

@@ -90,6 +90,7 @@ int RunUp(int argc, char** argv) {
 
   po.input_topics = f.input_topics;
   po.group = f.group;
+  po.whole_topics = true;  // one machine routes everything: no group rebalance to wait for
   po.deltas_partitions = cluster->deltas_partitions;
   po.flush_ms = static_cast<int>(flush_ms);
   po.key_budget = static_cast<size_t>(key_budget);

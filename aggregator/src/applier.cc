@@ -29,7 +29,6 @@ struct Applier::Rep {
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
   int64_t last_flush_ms = 0;
-  Status fatal;
   const std::atomic<bool>* stop = nullptr;
 
   std::mutex failure_mu;
@@ -61,41 +60,32 @@ struct Applier::Rep {
     }
   }
 
-  static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts,
-                          void* opaque) {
-    auto* self = static_cast<Rep*>(opaque);
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-      for (int i = 0; i < parts->cnt; i++) {
-        int32_t p = parts->elems[i].partition;
-        if (p < 0 || static_cast<uint32_t>(p) >= self->store->partitions()) {
-          self->fatal = Status::FailedPrecondition(fmt::format(
-              "{}/{} has no state partition: the state has {} partitions", self->o.deltas_topic, p,
-              self->store->partitions()));
-          continue;
-        }
-        auto wa = std::make_unique<WindowApplier>(self->store->partition(p), self->o.deltas_topic,
-                                                  self->store->partitions(), self->store->options().viewed);
-        Status st = wa->Load();
-        if (!st.ok()) {
-          self->fatal = st;
-          continue;
-        }
-        parts->elems[i].offset = wa->progress().next_deltas_offset;
-        TALLY_LOG_INFO(kLog, "assigned {}/{} at offset {} (from the state)", parts->elems[i].topic, p,
-                       parts->elems[i].offset);
-        self->owned[p] = std::move(wa);
-      }
-      rd_kafka_assign(rk, parts);
-      return;
+  // Takes every partition of the state: the state directory holds them all
+  // and the HTTP tier answers from it, so one applier must apply them all.
+  // No consumer group: the offsets that count are the ones in RocksDB (a
+  // group would only delay the start by its rebalance and could hand half
+  // the partitions to another process, leaving both states incomplete).
+  Status AssignAll() {
+    auto count = base::PartitionCount(consumer.get(), o.deltas_topic, 30000);
+    if (!count.ok()) return count.status().WithContext("applier");
+    if (static_cast<uint32_t>(*count) != store->partitions()) {
+      return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}", o.deltas_topic,
+                                                    *count, store->partitions()));
     }
-    // After a failure the windows may be half applied: never commit them.
-    if (self->fatal.ok()) {
-      Status st = self->FlushAll();
-      if (!st.ok()) self->fatal = st;
+    base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(static_cast<int>(store->partitions())));
+    for (uint32_t p = 0; p < store->partitions(); p++) {
+      auto wa = std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, store->partitions(),
+                                                store->options().viewed);
+      TALLY_RETURN_IF_ERROR(wa->Load());
+      int64_t offset = wa->progress().next_deltas_offset;
+      rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), static_cast<int32_t>(p))->offset = offset;
+      TALLY_LOG_INFO(kLog, "applying {}/{} from offset {} (from the state)", o.deltas_topic, p, offset);
+      owned[static_cast<int32_t>(p)] = std::move(wa);
     }
-    for (int i = 0; i < parts->cnt; i++) self->owned.erase(parts->elems[i].partition);
-    TALLY_LOG_INFO(kLog, "revoked {} partitions", parts->cnt);
-    rd_kafka_assign(rk, nullptr);
+    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
+      return base::KafkaStatus(err, "assigning the deltas partitions");
+    }
+    return Status::Ok();
   }
 
   size_t PendingKeys() const {
@@ -234,6 +224,8 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   if (!rkt.ok()) return rkt.status();
   r.deltas_rkt = std::move(rkt).value();
 
+  // A group id is required by librdkafka's consumer; this one never joins
+  // the group nor commits to it.
   auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group + "-applier"},
                                                {"enable.auto.commit", "false"},
                                                {"enable.auto.offset.store", "false"},
@@ -243,16 +235,13 @@ Status Applier::Run(const std::atomic<bool>* stop) {
                                                {"fetch.wait.max.ms", "10"},
                                                {"client.id", "tally-applier"}});
   if (!cconf.ok()) return cconf.status();
-  rd_kafka_conf_set_rebalance_cb(cconf->get(), &Rep::OnRebalance);
-  rd_kafka_conf_set_opaque(cconf->get(), &r);
   auto consumer = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(cconf).value());
   if (!consumer.ok()) return consumer.status();
   r.consumer = std::move(consumer).value();
   rd_kafka_poll_set_consumer(r.consumer.get());
-  base::KafkaPartitionList topics(rd_kafka_topic_partition_list_new(1));
-  rd_kafka_topic_partition_list_add(topics.get(), r.o.deltas_topic.c_str(), RD_KAFKA_PARTITION_UA);
-  if (auto err = rd_kafka_subscribe(r.consumer.get(), topics.get())) {
-    return base::KafkaStatus(err, "subscribing to the deltas topic");
+  if (auto st = r.AssignAll(); !st.ok()) {
+    TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
+    return st;
   }
   TALLY_LOG_INFO(kLog, "applying {} into {} (window {} ms, key budget {})", r.o.deltas_topic, r.store->dir(),
                  r.o.flush_ms, r.o.key_budget);
@@ -265,7 +254,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   // so hot keys coalesce more and RocksDB sees fewer, larger batches.
   const int64_t max_window_ms = static_cast<int64_t>(r.o.flush_ms) * 10;
   bool caught_up = false;
-  while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
+  while (!stop->load(std::memory_order_relaxed)) {
     base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
     if (!m) caught_up = true;
     if (m) {
@@ -301,9 +290,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
       caught_up = false;
     }
   }
-  if (result.ok() && !r.fatal.ok()) result = r.fatal;
   if (result.ok()) result = r.FlushAll();
-  if (!result.ok()) r.fatal = result;
   rd_kafka_consumer_close(r.consumer.get());
   r.owned.clear();
   if (result.ok()) {

@@ -117,6 +117,49 @@ struct Router::Rep {
     rd_kafka_assign(rk, nullptr);
   }
 
+  // whole_topics: the partitions of each input topic being routed.
+  std::map<std::string, int> routed_partitions;
+  int64_t last_discovery_ms = 0;
+
+  // whole_topics: assigns every partition of every input topic, adding any
+  // that appeared since the last call. A partition already routed goes on
+  // from its position; a new one starts at the group's committed offset (or
+  // the earliest, auto.offset.reset).
+  Status AssignWholeTopics(int timeout_ms) {
+    last_discovery_ms = base::SteadyMs();
+    std::map<std::string, int> counts;
+    bool grew = false;
+    for (const auto& t : o.input_topics) {
+      auto n = base::PartitionCount(consumer.get(), t, timeout_ms);
+      if (!n.ok()) return n.status().WithContext("router");
+      counts[t] = *n;
+      if (*n > routed_partitions[t]) grew = true;
+    }
+    if (!grew) return Status::Ok();
+    base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(16));
+    for (const auto& [t, n] : counts) {
+      for (int p = 0; p < n; p++) rd_kafka_topic_partition_list_add(parts.get(), t.c_str(), p);
+    }
+    // Where the partitions already routed are (the next record poll returns).
+    if (!routed_partitions.empty()) rd_kafka_position(consumer.get(), parts.get());
+    for (int i = 0; i < parts->cnt; i++) {
+      auto& e = parts->elems[i];
+      if (e.partition >= routed_partitions[e.topic]) e.offset = RD_KAFKA_OFFSET_INVALID;  // the committed offset
+    }
+    for (const auto& [t, n] : counts) {
+      int from = routed_partitions[t];
+      if (n > from) {
+        TALLY_LOG_INFO(kLog, "routing {} partitions {}..{} from the offsets committed to group {}", t, from, n - 1,
+                       o.group);
+      }
+    }
+    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
+      return base::KafkaStatus(err, "assigning the input partitions");
+    }
+    routed_partitions = counts;
+    return Status::Ok();
+  }
+
   // Produces one message of the open generation.
   Status Produce(const std::string& topic, int32_t partition, const std::string& value,
                  rd_kafka_headers_t* headers) {
@@ -310,17 +353,25 @@ Status Router::Run(const std::atomic<bool>* stop) {
   r.consumer = std::move(consumer).value();
   rd_kafka_poll_set_consumer(r.consumer.get());
 
-  base::KafkaPartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(r.o.input_topics.size())));
-  for (const auto& t : r.o.input_topics) {
-    rd_kafka_topic_partition_list_add(topics.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
-  }
-  if (auto err = rd_kafka_subscribe(r.consumer.get(), topics.get())) {
-    return base::KafkaStatus(err, "subscribing to the input topics");
-  }
   std::string joined;
   for (const auto& t : r.o.input_topics) joined += (joined.empty() ? "" : ",") + t;
-  TALLY_LOG_INFO(kLog, "routing {} -> {} ({} partitions), group {}", joined, r.o.deltas_topic,
-                 r.o.deltas_partitions, r.o.group);
+  TALLY_LOG_INFO(kLog, "routing {} -> {} ({} partitions), {} group {}", joined, r.o.deltas_topic,
+                 r.o.deltas_partitions, r.o.whole_topics ? "every partition, offsets in" : "partitions assigned by",
+                 r.o.group);
+  if (r.o.whole_topics) {
+    if (auto st = r.AssignWholeTopics(30000); !st.ok()) {
+      TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
+      return st;
+    }
+  } else {
+    base::KafkaPartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(r.o.input_topics.size())));
+    for (const auto& t : r.o.input_topics) {
+      rd_kafka_topic_partition_list_add(topics.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
+    }
+    if (auto err = rd_kafka_subscribe(r.consumer.get(), topics.get())) {
+      return base::KafkaStatus(err, "subscribing to the input topics");
+    }
+  }
 
   Status result = Status::Ok();
   while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
@@ -348,6 +399,11 @@ Status Router::Run(const std::atomic<bool>* stop) {
     }
     result = r.Reap(/*sync_commit=*/false);
     if (!result.ok()) break;
+    if (r.o.whole_topics && base::SteadyMs() - r.last_discovery_ms >= 30000) {
+      // Briefly: routing waits meanwhile. A topic that cannot be described
+      // now (an outage, reported by KafkaHealth) is asked again later.
+      if (auto st = r.AssignWholeTopics(1000); !st.ok()) TALLY_LOG_DEBUG(kLog, "{}", st.message());
+    }
   }
   if (result.ok() && !r.fatal.ok()) result = r.fatal;
   if (result.ok()) result = r.Flush(/*sync_commit=*/true);

@@ -2,10 +2,10 @@
 // coalesces each partition's deltas over a flush window and commits every
 // window to that partition's RocksDB with its offsets (window_applier.h).
 //
-// Partitions are balanced over applier processes by a consumer group
-// (<group>-applier), but the offsets that count are the ones in RocksDB: on
-// assignment the applier seeks each partition to its stored next offset,
-// never to the group's committed offset.
+// The applier takes every partition of the state itself (no consumer group:
+// the state directory holds all partitions and the HTTP tier answers from
+// it) and starts each at the next offset stored in RocksDB. Two processes
+// over two state directories are two complete replicas.
 // Thread model: Run() occupies the calling thread.
 #pragma once
 
@@ -22,7 +22,7 @@ namespace tally::aggregator {
 
 struct ApplierOptions {
   base::KafkaOptions kafka;
-  std::string group = "tally";  // the applier joins "<group>-applier"
+  std::string group = "tally";  // its consumer's group.id is "<group>-applier" (never joined)
   std::string deltas_topic = "tally.deltas";
   int flush_ms = 20;             // window length once caught up (a backlog stretches it to 10x)
   size_t key_budget = 200000;    // a window is cut early when it touches this many keys
@@ -34,8 +34,7 @@ class Applier {
   Applier(ApplierOptions options, store::StateStore* store);
   ~Applier();
 
-  // Runs until *stop becomes true, then commits the last window and leaves
-  // the group. An error Status when the state cannot be written or the log
+  // Runs until *stop becomes true, then commits the last window. An error Status when the state cannot be written or the log
   // no longer holds what the state needs.
   base::Status Run(const std::atomic<bool>* stop);
 

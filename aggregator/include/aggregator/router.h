@@ -32,6 +32,13 @@ struct RouterOptions {
   uint32_t deltas_partitions = 0;     // required: partition count of deltas_topic
   int linger_ms = 20;                 // longest a routed record waits to be published
   size_t max_batch_bytes = 1 << 20;   // input bytes routed before a flush is forced
+  // Route every partition of the input topics without joining the group
+  // (tally up: one machine routes everything). Routing then starts at once,
+  // not after the group's initial rebalance delay (3 s on Kafka and on the
+  // embedded broker). Offsets are still read from and committed to `group`,
+  // as a standalone consumer; partitions added to a topic are picked up
+  // within 30 s. false: join `group` and route the partitions it assigns.
+  bool whole_topics = false;
 };
 
 class Router {
