@@ -3,6 +3,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -18,7 +21,73 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "applier";
-}
+// A window touching fewer keys than this is committed on the applier thread
+// alone: waking the helper would cost more than it saves.
+constexpr size_t kParallelCommitKeys = 4096;
+
+// Runs fn(0..n-1) on the calling thread and one helper thread ("tally-commit")
+// and returns once all calls have. Applier windows are committed this way:
+// each partition is its own RocksDB, so two memtables fill at once, and the
+// memtable inserts are most of the applier's time.
+class CommitHelper {
+ public:
+  CommitHelper() : thread_([this] { Loop(); }) {}
+  ~CommitHelper() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void Run(size_t n, const std::function<void(size_t)>& fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      helper_busy_ = true;
+      round_++;
+    }
+    cv_.notify_all();
+    Work();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !helper_busy_; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void Work() {
+    for (size_t i; (i = next_.fetch_add(1)) < n_;) (*fn_)(i);
+  }
+  void Loop() {
+    pthread_setname_np(pthread_self(), "tally-commit");
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return quit_ || round_ != seen; });
+      if (quit_) return;
+      seen = round_;
+      l.unlock();
+      Work();
+      l.lock();
+      helper_busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  bool helper_busy_ = false;
+  bool quit_ = false;
+  uint64_t round_ = 0;
+  std::thread thread_;
+};
+}  // namespace
 
 struct Applier::Rep {
   ApplierOptions o;
@@ -28,6 +97,7 @@ struct Applier::Rep {
   base::KafkaTopic deltas_rkt;  // destroyed before the producer
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
+  CommitHelper commit_helper;
   int64_t last_flush_ms = 0;
   const std::atomic<bool>* stop = nullptr;
 
@@ -128,9 +198,21 @@ struct Applier::Rep {
       std::lock_guard<std::mutex> l(failure_mu);
       if (!first_failure.empty()) return Status::Unavailable(first_failure);
     }
+    std::vector<std::pair<int32_t, WindowApplier*>> dirty;
+    size_t keys = 0;
     for (auto& [p, wa] : owned) {
       if (!wa->dirty()) continue;
-      TALLY_RETURN_IF_ERROR(CommitWindow(p, wa.get()));
+      dirty.emplace_back(p, wa.get());
+      keys += wa->pending_keys();
+    }
+    if (keys < kParallelCommitKeys || dirty.size() < 2) {
+      for (auto& [p, wa] : dirty) TALLY_RETURN_IF_ERROR(CommitWindow(p, wa));
+    } else {
+      // Partitions are independent (each has its own offsets), so one that
+      // cannot commit does not hold the others back.
+      std::vector<Status> results(dirty.size());
+      commit_helper.Run(dirty.size(), [&](size_t i) { results[i] = CommitWindow(dirty[i].first, dirty[i].second); });
+      for (auto& st : results) TALLY_RETURN_IF_ERROR(st);
     }
     for (auto& [p, wa] : owned) {
       WindowStats ws = wa->TakeStats();
