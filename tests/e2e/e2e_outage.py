@@ -76,6 +76,11 @@ def main():
         tallyctl.wait_until("the pipeline to apply something", lambda: (tallyctl.watermarks(client) or {}).get(
             "partitions") and tallyctl.applied_offsets(tallyctl.watermarks(client)) > 0, timeout=60, proc=up)
         time.sleep(h.rng.uniform(1.0, 3.0))  # a random moment mid-stream
+        # ... while a kcat still has records to take: between two chunks the
+        # feeder waits for the last kcat to flush, which an outage holds up.
+        chunk = (len(records) + e2e_crash.N_CHUNKS - 1) // e2e_crash.N_CHUNKS
+        tallyctl.wait_until("the feeder to be inside a chunk", lambda: 0 < feeder.written % chunk <= chunk - 2 *
+                            e2e_crash.SLICE, timeout=60)
 
         # ---- the outage ------------------------------------------------------
         written_at_down = feeder.written
