@@ -33,9 +33,9 @@ N_POSTS = 2000
 N_USERS = 1000
 N_CHUNKS = 10
 SLICE = 250  # records written to kcat between pauses
-# The feeder spreads the stream over about this long per kill (a restart
-# costs ~5 s, mostly the consumer groups' rebalance), so every kill lands
-# while records are still arriving.
+# The feeder spreads the stream over about this long per kill (the wait
+# between kills plus the restart), so every kill lands while records are
+# still arriving.
 FEED_SECONDS_PER_KILL = 6.5
 BATCH = 200
 
