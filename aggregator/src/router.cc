@@ -117,6 +117,36 @@ struct Router::Rep {
     rd_kafka_assign(rk, nullptr);
   }
 
+  // librdkafka 2.0.2's fetcher stops once queued.min.messages (100,000) are
+  // queued for the consumer and looks again only when its broker thread next
+  // wakes, up to a second later (rd_kafka_broker_consumer_serve). Through a
+  // backlog the router drains that queue in a quarter of the time and then
+  // starved, 0.4-0.8 s at a time. When the queue runs low while the broker
+  // still holds a backlog for the partition just routed, a watermark query (a
+  // request served by that partition leader's broker thread) wakes the
+  // fetcher. Later librdkafka releases fix this (fetch.queue.backoff.ms).
+  rd_kafka_queue_t* consumer_queue = nullptr;  // owned by Run()
+  uint32_t since_fetch_check = 0;
+  int64_t last_fetch_poke_ms = 0;
+
+  void KeepFetcherAwake(const rd_kafka_message_t* m) {
+    constexpr size_t kLowQueue = 20000;       // messages left to route
+    constexpr int64_t kBacklog = 10000;       // records the broker still holds for this partition
+    if (++since_fetch_check < 1024) return;
+    since_fetch_check = 0;
+    if (rd_kafka_queue_length(consumer_queue) > kLowQueue) return;
+    int64_t low = 0, high = 0;
+    const char* topic = rd_kafka_topic_name(m->rkt);
+    if (rd_kafka_get_watermark_offsets(consumer.get(), topic, m->partition, &low, &high) ||
+        high - (m->offset + 1) < kBacklog) {
+      return;
+    }
+    int64_t now = base::SteadyMs();
+    if (now - last_fetch_poke_ms < 20) return;
+    last_fetch_poke_ms = now;
+    rd_kafka_query_watermark_offsets(consumer.get(), topic, m->partition, &low, &high, 100);
+  }
+
   // whole_topics: the partitions of each input topic being routed.
   std::map<std::string, int> routed_partitions;
   int64_t last_discovery_ms = 0;
@@ -352,6 +382,11 @@ Status Router::Run(const std::atomic<bool>* stop) {
   if (!consumer.ok()) return consumer.status();
   r.consumer = std::move(consumer).value();
   rd_kafka_poll_set_consumer(r.consumer.get());
+  r.consumer_queue = rd_kafka_queue_get_consumer(r.consumer.get());
+  struct QueueRelease {
+    rd_kafka_queue_t* q;
+    ~QueueRelease() { if (q) rd_kafka_queue_destroy(q); }
+  } release_queue{r.consumer_queue};
 
   std::string joined;
   for (const auto& t : r.o.input_topics) joined += (joined.empty() ? "" : ",") + t;
@@ -383,6 +418,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
         }
       } else {
         r.Handle(m.get());
+        r.KeepFetcherAwake(m.get());
       }
     }
     rd_kafka_poll(r.producer.get(), 0);
