@@ -3,10 +3,12 @@
 #include <fmt/core.h>
 
 #include <map>
+#include <vector>
 
 #include "aggregator/event_router.h"
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
+#include "commit_helper.h"
 #include "base/log.h"
 #include "schemas/event.h"
 
@@ -75,8 +77,11 @@ class ProgressMeter {
   int64_t start_, last_;
 };
 
-Status CommitAll(std::vector<std::unique_ptr<WindowApplier>>* appliers) {
-  for (auto& wa : *appliers) TALLY_RETURN_IF_ERROR(wa->Commit());
+// Commits every partition's window, two partitions at a time.
+Status CommitAll(std::vector<std::unique_ptr<WindowApplier>>* appliers, CommitHelper* helper) {
+  std::vector<Status> results(appliers->size());
+  helper->Run(appliers->size(), [&](size_t i) { results[i] = (*appliers)[i]->Commit(); });
+  for (auto& st : results) TALLY_RETURN_IF_ERROR(st);
   return Status::Ok();
 }
 
@@ -119,6 +124,7 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
                                                   targets.size(), nparts));
   }
   std::vector<std::unique_ptr<WindowApplier>> appliers;
+  CommitHelper commit_helper;
   for (uint32_t p = 0; p < nparts; p++) {
     appliers.push_back(
         std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts, store->options().viewed));
@@ -171,7 +177,7 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   int64_t last_commit = base::SteadyMs();
   while (!remaining_end.empty()) {
     if (stop->load()) {
-      TALLY_RETURN_IF_ERROR(CommitAll(&appliers));
+      TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
       return Status::Aborted("replay interrupted; the state directory holds a partial rebuild");
     }
     base::KafkaMessage m(rd_kafka_consumer_poll(consumer.get(), 100));
@@ -212,11 +218,11 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
       }
     }
     if (base::SteadyMs() - last_commit >= o.commit_every_ms) {
-      TALLY_RETURN_IF_ERROR(CommitAll(&appliers));
+      TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
       last_commit = base::SteadyMs();
     }
   }
-  TALLY_RETURN_IF_ERROR(CommitAll(&appliers));
+  TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
   meter.Add(0, /*force=*/true);
   rd_kafka_assign(consumer.get(), nullptr);
   rd_kafka_destroy_flags(consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
