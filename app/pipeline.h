@@ -26,6 +26,7 @@ struct CommonFlags {
   int64_t partitions = 16;
   int64_t block_cache_mb = 256;
   int64_t write_buffer_mb = 8;
+  int64_t read_cache_mb = 0;  // counter read cache (tally up only: it serves HTTP from the writer)
   bool reset_offsets = false;
   bool sync = false;
   int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "counter_cache.h"
 #include "counter_merge.h"
 #include "fault_file_system.h"
 #include "keys.h"
@@ -106,6 +107,9 @@ class InactivePurgeFilter : public rocksdb::CompactionFilter {
 struct PartitionBatch::Rep {
   rocksdb::WriteBatch wb;
   std::string key, value;
+  // The counter records merged, dropped from the read cache on commit.
+  std::vector<std::pair<char, uint64_t>> counters;
+  bool red_dots = false;  // a global red dot changed
 };
 
 PartitionBatch::PartitionBatch() : rep_(std::make_unique<Rep>()) {}
@@ -115,16 +119,19 @@ void PartitionBatch::MergePostCounters(uint64_t post_id, const CounterOp* ops) {
   EncodeKey(RecordKind::kPostCounters, post_id, &rep_->key);
   EncodeCounterOps(ops, schemas::kPostFieldCount, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->counters.emplace_back(static_cast<char>(RecordKind::kPostCounters), post_id);
 }
 void PartitionBatch::MergeUserCounters(uint64_t user_id, const CounterOp* ops) {
   EncodeKey(RecordKind::kUserCounters, user_id, &rep_->key);
   EncodeCounterOps(ops, schemas::kUserFieldCount, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->counters.emplace_back(static_cast<char>(RecordKind::kUserCounters), user_id);
 }
 void PartitionBatch::MergeUnreadCounters(uint64_t user_id, const CounterOp* ops) {
   EncodeKey(RecordKind::kUnreadCounters, user_id, &rep_->key);
   EncodeCounterOps(ops, schemas::kUnreadCounterKinds, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->counters.emplace_back(static_cast<char>(RecordKind::kUnreadCounters), user_id);
 }
 void PartitionBatch::PutLike(uint64_t post_id, uint64_t user_id) {
   EncodeKey(RecordKind::kLikeEdge, post_id, user_id, &rep_->key);
@@ -161,6 +168,7 @@ void PartitionBatch::MaxRedDot(std::string_view channel, int64_t ts) {
   CounterOp op{false, 0, ts};
   EncodeCounterOps(&op, 1, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->red_dots = true;
 }
 void PartitionBatch::MaxUserRedDot(uint64_t user_id, std::string_view channel, int64_t ts) {
   EncodeKey(RecordKind::kUserRedDot, user_id, &rep_->key);
@@ -194,7 +202,11 @@ void PartitionBatch::SetProgress(const Progress& progress) {
   rep_->wb.Put(rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), rep_->value);
 }
 size_t PartitionBatch::Count() const { return rep_->wb.Count(); }
-void PartitionBatch::Clear() { rep_->wb.Clear(); }
+void PartitionBatch::Clear() {
+  rep_->wb.Clear();
+  rep_->counters.clear();
+  rep_->red_dots = false;
+}
 
 // ---------------------------------------------------------------- Partition
 
@@ -214,6 +226,8 @@ struct Partition::Rep {
   // whether the writable instance is closed (a read-only one serves reads).
   rocksdb::Options options;
   bool primary_closed = false;
+  // The store's read cache (borrowed; null when there is none).
+  CounterCache* cache = nullptr;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -299,8 +313,15 @@ Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->primary_closed) {
     return Status::Unavailable(fmt::format("partition {}: closed after a write error, not reopened yet", id_));
   }
-  return FromRocks(rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb),
-                   fmt::format("partition {}: committing window", id_));
+  rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb);
+  // Before returning: whatever the caller publishes after Commit (applied
+  // offsets, say) must not be seen beside a cached value from before it.
+  // On a failed write nothing changed, and dropping entries is harmless.
+  if (rep_->cache != nullptr) {
+    for (const auto& [kind, id] : batch->rep_->counters) rep_->cache->Invalidate(kind, id);
+    if (batch->rep_->red_dots) rep_->cache->InvalidateRedDots();
+  }
+  return FromRocks(s, fmt::format("partition {}: committing window", id_));
 }
 
 Status Partition::Resume() {
@@ -331,6 +352,7 @@ Status Partition::Resume() {
                                   fmt::format("partition {}: reopening after a write error", id_)));
   rep_->db.store(std::shared_ptr<rocksdb::DB>(raw));
   rep_->primary_closed = false;
+  if (rep_->cache != nullptr) rep_->cache->Clear();
   TALLY_LOG_WARN("store", "partition {}: reopened for writing", id_);
   return Status::Ok();
 }
@@ -346,6 +368,7 @@ struct StateStore::Rep {
   std::unique_ptr<InactivePurgeFilter> purge;
   rocksdb::Options db_options;  // kept to reopen read-only partitions
   std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
+  std::unique_ptr<CounterCache> cache;     // StoreOptions::read_cache_bytes; outlives the partitions
 
   // The database of the partition that owns `entity`, held for the caller.
   std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
@@ -529,6 +552,11 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   }
 
   rep->db_options = db_options;
+  // Only the writer's process can keep a read cache exact: it sees every
+  // commit. A secondary learns of them only as RocksDB files.
+  if (!options.read_only && options.read_cache_bytes > 0) {
+    rep->cache = std::make_unique<CounterCache>(options.read_cache_bytes);
+  }
   for (uint32_t i = 0; i < rep->options.partitions; i++) {
     std::string path = dir + "/" + PartitionDirName(i);
     rocksdb::DB* raw = nullptr;
@@ -549,6 +577,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->options = db_options;
     prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
     prep->current = std::move(current);
+    prep->cache = rep->cache.get();
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
   if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
@@ -577,37 +606,56 @@ Status StateStore::RecordCluster(const std::string& identity) {
 Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
                                     const std::function<void(size_t, const int64_t*)>& fill) const {
   const uint32_t n = partitions();
-  std::vector<std::vector<size_t>> by_part(n);
-  for (size_t i = 0; i < ids.size(); i++) by_part[schemas::PartitionOf(ids[i], n)].push_back(i);
-  std::vector<std::string> keys;
-  std::vector<rocksdb::Slice> slices;
-  std::vector<rocksdb::PinnableSlice> values;
-  std::vector<rocksdb::Status> statuses;
+  CounterCache* cache = rep_->cache.get();
   int64_t v[8];
-  for (uint32_t p = 0; p < n; p++) {
-    const auto& idx = by_part[p];
-    if (idx.empty()) continue;
-    keys.resize(idx.size());
-    slices.clear();
-    for (size_t k = 0; k < idx.size(); k++) {
-      EncodeKey(static_cast<RecordKind>(kind), ids[idx[k]], &keys[k]);
-      slices.emplace_back(keys[k]);
+  // What the cache does not hold, as (partition, index in ids, lease), in
+  // partition order for one MultiGet each.
+  struct Miss {
+    uint32_t partition;
+    uint32_t index;
+    uint64_t lease;
+  };
+  std::vector<Miss> misses;
+  misses.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); i++) {
+    uint64_t lease = 0;
+    if (cache != nullptr && cache->Lookup(kind, ids[i], v, nfields, &lease)) {
+      fill(i, v);
+      continue;
     }
-    values.clear();
-    values.resize(idx.size());
-    statuses.assign(idx.size(), rocksdb::Status());
+    misses.push_back(Miss{schemas::PartitionOf(ids[i], n), static_cast<uint32_t>(i), lease});
+  }
+  if (misses.empty()) return Status::Ok();
+  std::sort(misses.begin(), misses.end(),
+            [](const Miss& a, const Miss& b) { return a.partition < b.partition; });
+  std::vector<std::string> keys(misses.size());
+  std::vector<rocksdb::Slice> slices(misses.size());
+  std::vector<rocksdb::PinnableSlice> values(misses.size());
+  std::vector<rocksdb::Status> statuses(misses.size());
+  for (size_t k = 0; k < misses.size(); k++) {
+    EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
+    slices[k] = keys[k];
+  }
+  for (size_t begin = 0, end = 0; begin < misses.size(); begin = end) {
+    const uint32_t p = misses[begin].partition;
+    for (end = begin; end < misses.size() && misses[end].partition == p; end++) {
+    }
     std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
     rocksdb::DB* db = db_ref.get();
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), idx.size(), slices.data(), values.data(),
-                 statuses.data());
-    for (size_t k = 0; k < idx.size(); k++) {
-      if (statuses[k].IsNotFound()) continue;
-      if (!statuses[k].ok()) return FromRocks(statuses[k], fmt::format("reading record of {}", ids[idx[k]]));
-      if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
-        return Status::Corruption(fmt::format("{}: counter record does not decode", ids[idx[k]]));
-      }
-      fill(idx[k], v);
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin, slices.data() + begin,
+                 values.data() + begin, statuses.data() + begin);
+  }
+  for (size_t k = 0; k < misses.size(); k++) {
+    const uint64_t id = ids[misses[k].index];
+    if (statuses[k].IsNotFound()) {
+      std::fill(v, v + nfields, 0);
+    } else if (!statuses[k].ok()) {
+      return FromRocks(statuses[k], fmt::format("reading record of {}", id));
+    } else if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
+      return Status::Corruption(fmt::format("{}: counter record does not decode", id));
     }
+    if (cache != nullptr) cache->Fill(kind, id, v, nfields, misses[k].lease);
+    fill(misses[k].index, v);
   }
   return Status::Ok();
 }
@@ -626,21 +674,36 @@ Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<Post
 }
 
 namespace {
+// The smallest key above every key that starts with `prefix`: the prefix
+// with its last byte below 0xff incremented. False if there is none.
+bool PrefixUpperBound(std::string_view prefix, std::string* upper) {
+  upper->assign(prefix);
+  int i = static_cast<int>(upper->size()) - 1;
+  while (i >= 0 && static_cast<uint8_t>((*upper)[i]) == 0xff) i--;
+  if (i < 0) return false;
+  upper->resize(static_cast<size_t>(i) + 1);
+  (*upper)[i] = static_cast<char>(static_cast<uint8_t>((*upper)[i]) + 1);
+  return true;
+}
+
 // Reads a counter record into v[0..n); zeros if there is none. *found, when
-// given, says whether there was one.
+// given, says whether there was one. Through `cache` when given (records of
+// the kinds PartitionBatch reports to it only).
 Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, int n, const char* what,
-                    bool* found = nullptr) {
+                    bool* found = nullptr, CounterCache* cache = nullptr) {
+  uint64_t lease = 0;
+  if (cache != nullptr && cache->Lookup(static_cast<char>(kind), id, v, n, &lease)) return Status::Ok();
   std::string key;
   EncodeKey(kind, id, &key);
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
   for (int i = 0; i < n; i++) v[i] = 0;
   if (found) *found = s.ok();
-  if (s.IsNotFound()) return Status::Ok();
-  if (!s.ok()) return FromRocks(s, fmt::format("reading {} {}", what, id));
-  if (!DecodeCounters(std::string_view(value.data(), value.size()), v, n)) {
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, fmt::format("reading {} {}", what, id));
+  if (s.ok() && !DecodeCounters(std::string_view(value.data(), value.size()), v, n)) {
     return Status::Corruption(fmt::format("{} {}: counter record does not decode", what, id));
   }
+  if (cache != nullptr) cache->Fill(static_cast<char>(kind), id, v, n, lease);
   return Status::Ok();
 }
 }  // namespace
@@ -649,7 +712,8 @@ Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
   int64_t v[schemas::kUserFieldCount];
   std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
-  TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUserCounters, user_id, v, schemas::kUserFieldCount, "user"));
+  TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUserCounters, user_id, v, schemas::kUserFieldCount, "user",
+                                     nullptr, rep_->cache.get()));
   UserCounts uc;
   uc.user_id = user_id;
   uc.posts = v[0];
@@ -663,7 +727,7 @@ Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
   std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUnreadCounters, user_id, uc.counts,
-                                     schemas::kUnreadCounterKinds, "unread of user"));
+                                     schemas::kUnreadCounterKinds, "unread of user", nullptr, rep_->cache.get()));
   return uc;
 }
 
@@ -677,13 +741,12 @@ Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
   std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
   rocksdb::ReadOptions ro;
-  std::string upper = prefix;
-  // Upper bound: the prefix with its last byte incremented (ids are big-endian).
-  int i = static_cast<int>(upper.size()) - 1;
-  while (i >= 0 && static_cast<uint8_t>(upper[i]) == 0xff) upper[i--] = 0;
-  if (i >= 0) upper[i] = static_cast<char>(static_cast<uint8_t>(upper[i]) + 1);
-  rocksdb::Slice ub(upper);
-  if (i >= 0) ro.iterate_upper_bound = &ub;
+  std::string upper;
+  rocksdb::Slice ub;
+  if (PrefixUpperBound(prefix, &upper)) {
+    ub = upper;
+    ro.iterate_upper_bound = &ub;
+  }
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   std::vector<uint64_t> out;
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
@@ -741,7 +804,16 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   {
     std::string prefix;
     EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
-    std::unique_ptr<rocksdb::Iterator> it(udb->NewIterator(rocksdb::ReadOptions()));
+    // Bounded, so the scan stops at the user's last channel instead of
+    // stepping into the next record in every memtable and level.
+    rocksdb::ReadOptions ro;
+    std::string upper;
+    rocksdb::Slice ub;
+    if (PrefixUpperBound(prefix, &upper)) {
+      ub = upper;
+      ro.iterate_upper_bound = &ub;
+    }
+    std::unique_ptr<rocksdb::Iterator> it(udb->NewIterator(ro));
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       int64_t v[2];
       if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 2)) {
@@ -752,18 +824,29 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
     if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
   }
   {
-    std::string prefix(1, static_cast<char>(RecordKind::kRedDot));
-    std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-      int64_t v[1];
-      if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 1)) {
-        return Status::Corruption("red dot does not decode");
+    CounterCache* cache = rep_->cache.get();
+    uint64_t lease = 0;
+    std::shared_ptr<const CounterCache::RedDots> dots;
+    if (cache != nullptr) dots = cache->LookupRedDots(&lease);
+    if (dots == nullptr) {
+      auto read = std::make_shared<CounterCache::RedDots>();
+      std::string prefix(1, static_cast<char>(RecordKind::kRedDot));
+      std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
+      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+        int64_t v[1];
+        if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 1)) {
+          return Status::Corruption("red dot does not decode");
+        }
+        read->emplace_back(std::string(it->key().data() + 1, it->key().size() - 1), v[0]);
       }
-      std::string channel(it->key().data() + 1, it->key().size() - 1);
-      auto m = mine.find(channel);
-      view.red_dots.emplace_back(channel, m == mine.end() || m->second < v[0]);
+      if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+      if (cache != nullptr) cache->FillRedDots(read, lease);
+      dots = std::move(read);
     }
-    if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+    for (const auto& [channel, dot_ts] : *dots) {
+      auto m = mine.find(channel);
+      view.red_dots.emplace_back(channel, m == mine.end() || m->second < dot_ts);
+    }
   }
 
   // Feed: sum over followees in both the snapshot and the current set.

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <atomic>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 namespace tally::store {
 namespace {
@@ -193,6 +196,92 @@ TEST_F(StateStoreTest, RecordsClusterIdentity) {
   }
   auto store = OpenOrDie();
   EXPECT_EQ(store->recorded_cluster(), "abc/123");
+}
+
+// With the read cache: every read after a commit returned sees that commit,
+// for single reads and batched ones, while readers race the writer.
+TEST_F(StateStoreTest, ReadCacheNeverServesAValueFromBeforeACommit) {
+  options_.read_cache_bytes = 1 << 20;
+  auto store = OpenOrDie();
+  constexpr uint64_t kPosts = 8;
+  std::atomic<int64_t> committed{0};  // rounds whose commits all returned
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> violations{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; r++) {
+    readers.emplace_back([&] {
+      std::vector<uint64_t> ids;
+      for (uint64_t id = 1; id <= kPosts; id++) ids.push_back(id);
+      std::vector<PostCounts> out;
+      while (!stop) {
+        int64_t floor = committed.load();
+        if (!store->GetPostCounts(ids, &out).ok()) violations++;
+        for (const PostCounts& pc : out) {
+          if (pc.like < floor) violations++;
+        }
+        auto uc = store->GetUserCounts(3);
+        if (!uc.ok() || uc->posts < floor) violations++;
+        auto un = store->GetUnreadCounters(3);
+        if (!un.ok() || un->counts[0] < floor) violations++;
+      }
+    });
+  }
+  for (int round = 1; round <= 300; round++) {
+    for (uint32_t p = 0; p < 4; p++) {
+      PartitionBatch b;
+      for (uint64_t id = 1; id <= kPosts; id++) {
+        if (schemas::PartitionOf(id, 4) != p) continue;
+        CounterOp ops[4] = {CounterOp::Add(1), {}, {}, {}};
+        b.MergePostCounters(id, ops);
+      }
+      if (schemas::PartitionOf(3, 4) == p) {
+        CounterOp uops[3] = {CounterOp::Add(1), {}, {}};
+        b.MergeUserCounters(3, uops);
+        CounterOp nops[6] = {CounterOp::Add(1), {}, {}, {}, {}, {}};
+        b.MergeUnreadCounters(3, nops);
+      }
+      ASSERT_TRUE(store->partition(p)->Commit(&b).ok());
+    }
+    committed = round;
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  std::vector<uint64_t> ids = {1, kPosts};
+  std::vector<PostCounts> out;
+  ASSERT_TRUE(store->GetPostCounts(ids, &out).ok());
+  EXPECT_EQ(out[0].like, 300);
+  EXPECT_EQ(out[1].like, 300);
+  EXPECT_EQ(store->GetUserCounts(3)->posts, 300);
+}
+
+// The global red-dot table is cached too: a dot published after a read is
+// seen by the next read.
+TEST_F(StateStoreTest, ReadCacheFollowsRedDotCommits) {
+  options_.read_cache_bytes = 1 << 20;
+  auto store = OpenOrDie();
+  const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, 4);
+  const uint64_t user = 42;
+  auto dots = [&] {
+    auto view = store->GetUnread(user);
+    EXPECT_TRUE(view.ok()) << view.status().ToString();
+    return view.ok() ? view->red_dots : std::vector<std::pair<std::string, bool>>{};
+  };
+  auto commit = [&](uint32_t p, const std::function<void(PartitionBatch*)>& f) {
+    PartitionBatch b;
+    f(&b);
+    ASSERT_TRUE(store->partition(p)->Commit(&b).ok());
+  };
+  EXPECT_TRUE(dots().empty());
+  commit(global, [](PartitionBatch* b) { b->MaxRedDot("feed", 10); });
+  EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", true}}));
+  commit(schemas::PartitionOf(user, 4), [&](PartitionBatch* b) { b->MaxUserRedDot(user, "feed", 20); });
+  EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", false}}));
+  commit(global, [](PartitionBatch* b) {
+    b->MaxRedDot("feed", 30);
+    b->MaxRedDot("games", 5);
+  });
+  EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", true}, {"games", true}}));
 }
 
 }  // namespace
