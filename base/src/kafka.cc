@@ -123,6 +123,14 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   if (!conf.ok()) return conf.status();
   auto rk = MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
   if (!rk.ok()) return rk.status();
+  // A metadata request first: it connects to a bootstrap broker at once.
+  // rd_kafka_clusterid() alone only waits for metadata, and a new client
+  // connects on its own only at its main thread's next 1 s tick, so every
+  // tally command started a second late.
+  const rd_kafka_metadata_t* md = nullptr;
+  if (rd_kafka_metadata(rk->get(), 0, nullptr, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_metadata_destroy(md);
+  }
   char* id = rd_kafka_clusterid(rk->get(), timeout_ms);
   if (!id) {
     return Status::Unavailable(
@@ -135,10 +143,16 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   if (!ident.embedded) return ident;
 
   // The embedded broker's incarnation: the first record of tally.meta.
+  // Its first offset is asked for here and the fetch starts there: from
+  // the logical "beginning", librdkafka 2.0 often resolves the offset only
+  // on its 500 ms retry timer, and every tally command started that late.
+  int64_t low = 0, high = 0;
+  rd_kafka_resp_err_t werr =
+      rd_kafka_query_watermark_offsets(rk->get(), std::string(kMetaTopic).c_str(), 0, &low, &high, timeout_ms);
   rd_kafka_poll_set_consumer(rk->get());
   KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(parts.get(), std::string(kMetaTopic).c_str(), 0)->offset =
-      RD_KAFKA_OFFSET_BEGINNING;
+      werr == RD_KAFKA_RESP_ERR_NO_ERROR ? low : RD_KAFKA_OFFSET_BEGINNING;
   if (auto err = rd_kafka_assign(rk->get(), parts.get())) {
     return KafkaStatus(err, "assigning tally.meta");
   }
