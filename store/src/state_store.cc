@@ -674,17 +674,38 @@ Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<Post
 }
 
 namespace {
-// The smallest key above every key that starts with `prefix`: the prefix
-// with its last byte below 0xff incremented. False if there is none.
-bool PrefixUpperBound(std::string_view prefix, std::string* upper) {
-  upper->assign(prefix);
-  int i = static_cast<int>(upper->size()) - 1;
-  while (i >= 0 && static_cast<uint8_t>((*upper)[i]) == 0xff) i--;
-  if (i < 0) return false;
-  upper->resize(static_cast<size_t>(i) + 1);
-  (*upper)[i] = static_cast<char>(static_cast<uint8_t>((*upper)[i]) + 1);
-  return true;
-}
+// An iterator over the records under `prefix`, positioned at the first.
+// Bounded, so a scan stops at the prefix's last record instead of stepping
+// into the next one in every memtable and level.
+class PrefixScan {
+ public:
+  PrefixScan(rocksdb::DB* db, std::string_view prefix) : prefix_(prefix), upper_(prefix) {
+    // The upper bound: the prefix with its last byte below 0xff incremented.
+    int i = static_cast<int>(upper_.size()) - 1;
+    while (i >= 0 && static_cast<uint8_t>(upper_[i]) == 0xff) i--;
+    rocksdb::ReadOptions ro;
+    if (i >= 0) {
+      upper_.resize(static_cast<size_t>(i) + 1);
+      upper_[i] = static_cast<char>(static_cast<uint8_t>(upper_[i]) + 1);
+      bound_ = upper_;
+      ro.iterate_upper_bound = &bound_;
+    }
+    it_.reset(db->NewIterator(ro));
+    it_->Seek(prefix_);
+  }
+  PrefixScan(const PrefixScan&) = delete;  // it_ points into upper_
+  PrefixScan& operator=(const PrefixScan&) = delete;
+  bool Valid() const { return it_->Valid() && it_->key().starts_with(prefix_); }
+  void Next() { it_->Next(); }
+  rocksdb::Slice key() const { return it_->key(); }
+  rocksdb::Slice value() const { return it_->value(); }
+  rocksdb::Status status() const { return it_->status(); }
+
+ private:
+  std::string prefix_, upper_;
+  rocksdb::Slice bound_;  // into upper_; outlives it_, which points at it
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
 
 // Reads a counter record into v[0..n); zeros if there is none. *found, when
 // given, says whether there was one. Through `cache` when given (records of
@@ -740,22 +761,15 @@ Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
   EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
   std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
   rocksdb::DB* db = db_ref.get();
-  rocksdb::ReadOptions ro;
-  std::string upper;
-  rocksdb::Slice ub;
-  if (PrefixUpperBound(prefix, &upper)) {
-    ub = upper;
-    ro.iterate_upper_bound = &ub;
-  }
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  PrefixScan it(db, prefix);
   std::vector<uint64_t> out;
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    if (it->key().size() != prefix.size() + 8) {
+  for (; it.Valid(); it.Next()) {
+    if (it.key().size() != prefix.size() + 8) {
       return Status::Corruption(fmt::format("user {}: malformed follow edge key", user_id));
     }
-    out.push_back(DecodeBigEndian64(it->key().data() + prefix.size()));
+    out.push_back(DecodeBigEndian64(it.key().data() + prefix.size()));
   }
-  if (!it->status().ok()) return FromRocks(it->status(), fmt::format("listing followees of {}", user_id));
+  if (!it.status().ok()) return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
   return out;
 }
 
@@ -804,24 +818,15 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   {
     std::string prefix;
     EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
-    // Bounded, so the scan stops at the user's last channel instead of
-    // stepping into the next record in every memtable and level.
-    rocksdb::ReadOptions ro;
-    std::string upper;
-    rocksdb::Slice ub;
-    if (PrefixUpperBound(prefix, &upper)) {
-      ub = upper;
-      ro.iterate_upper_bound = &ub;
-    }
-    std::unique_ptr<rocksdb::Iterator> it(udb->NewIterator(ro));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    PrefixScan it(udb, prefix);
+    for (; it.Valid(); it.Next()) {
       int64_t v[2];
-      if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 2)) {
+      if (!DecodeCounters(std::string_view(it.value().data(), it.value().size()), v, 2)) {
         return Status::Corruption("user red dot does not decode");
       }
-      mine[std::string(it->key().data() + prefix.size(), it->key().size() - prefix.size())] = v[0];
+      mine[std::string(it.key().data() + prefix.size(), it.key().size() - prefix.size())] = v[0];
     }
-    if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+    if (!it.status().ok()) return FromRocks(it.status(), "listing red dots");
   }
   {
     CounterCache* cache = rep_->cache.get();
