@@ -603,6 +603,18 @@ Status StateStore::RecordCluster(const std::string& identity) {
 // Reads the counter records of `kind` for `ids`, one MultiGet per partition
 // touched (ids are grouped by their partition, as Weibo batches per cache
 // node), and calls fill(i, values) for each ids[i] that has a record.
+namespace {
+// For error messages.
+const char* CounterKindName(char kind) {
+  switch (static_cast<RecordKind>(kind)) {
+    case RecordKind::kPostCounters: return "post counters";
+    case RecordKind::kUserCounters: return "user counters";
+    case RecordKind::kUnreadCounters: return "unread counters";
+    default: return "counters";
+  }
+}
+}  // namespace
+
 Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
                                     const std::function<void(size_t, const int64_t*)>& fill) const {
   const uint32_t n = partitions();
@@ -615,8 +627,7 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     uint32_t index;
     uint64_t lease;
   };
-  std::vector<Miss> misses;
-  misses.reserve(ids.size());
+  std::vector<Miss> misses;  // no allocation when everything is cached
   for (size_t i = 0; i < ids.size(); i++) {
     uint64_t lease = 0;
     if (cache != nullptr && cache->Lookup(kind, ids[i], v, nfields, &lease)) {
@@ -650,9 +661,9 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     if (statuses[k].IsNotFound()) {
       std::fill(v, v + nfields, 0);
     } else if (!statuses[k].ok()) {
-      return FromRocks(statuses[k], fmt::format("reading record of {}", id));
+      return FromRocks(statuses[k], fmt::format("reading the {} of {}", CounterKindName(kind), id));
     } else if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
-      return Status::Corruption(fmt::format("{}: counter record does not decode", id));
+      return Status::Corruption(fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
     }
     if (cache != nullptr) cache->Fill(kind, id, v, nfields, misses[k].lease);
     fill(misses[k].index, v);
@@ -707,13 +718,11 @@ class PrefixScan {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
-// Reads a counter record into v[0..n); zeros if there is none. *found, when
-// given, says whether there was one. Through `cache` when given (records of
-// the kinds PartitionBatch reports to it only).
+// Reads a counter record of a kind the read cache does not hold (counter
+// records go through MultiGetCounters) into v[0..n); zeros if there is
+// none. *found, when given, says whether there was one.
 Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, int n, const char* what,
-                    bool* found = nullptr, CounterCache* cache = nullptr) {
-  uint64_t lease = 0;
-  if (cache != nullptr && cache->Lookup(static_cast<char>(kind), id, v, n, &lease)) return Status::Ok();
+                    bool* found = nullptr) {
   std::string key;
   EncodeKey(kind, id, &key);
   rocksdb::PinnableSlice value;
@@ -724,31 +733,29 @@ Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, i
   if (s.ok() && !DecodeCounters(std::string_view(value.data(), value.size()), v, n)) {
     return Status::Corruption(fmt::format("{} {}: counter record does not decode", what, id));
   }
-  if (cache != nullptr) cache->Fill(static_cast<char>(kind), id, v, n, lease);
   return Status::Ok();
 }
 }  // namespace
 
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
-  int64_t v[schemas::kUserFieldCount];
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
-  rocksdb::DB* db = db_ref.get();
-  TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUserCounters, user_id, v, schemas::kUserFieldCount, "user",
-                                     nullptr, rep_->cache.get()));
   UserCounts uc;
   uc.user_id = user_id;
-  uc.posts = v[0];
-  uc.followers = v[1];
-  uc.following = v[2];
+  TALLY_RETURN_IF_ERROR(MultiGetCounters(static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount,
+                                         std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
+                                           uc.posts = v[0];
+                                           uc.followers = v[1];
+                                           uc.following = v[2];
+                                         }));
   return uc;
 }
 
 Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
   UnreadCounters uc;
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
-  rocksdb::DB* db = db_ref.get();
-  TALLY_RETURN_IF_ERROR(ReadCounters(db, RecordKind::kUnreadCounters, user_id, uc.counts,
-                                     schemas::kUnreadCounterKinds, "unread of user", nullptr, rep_->cache.get()));
+  TALLY_RETURN_IF_ERROR(MultiGetCounters(static_cast<char>(RecordKind::kUnreadCounters),
+                                         schemas::kUnreadCounterKinds, std::span<const uint64_t>(&user_id, 1),
+                                         [&uc](size_t, const int64_t* v) {
+                                           std::copy(v, v + schemas::kUnreadCounterKinds, uc.counts);
+                                         }));
   return uc;
 }
 

@@ -250,6 +250,9 @@ class StateStore {
   base::Status ResetProgress();
 
  private:
+  // Every counter record read goes through here: the read cache, then one
+  // MultiGet per partition for what it lacks. fill(i, values) for each of
+  // `ids` (zeros for a record that does not exist).
   base::Status MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
                                 const std::function<void(size_t, const int64_t*)>& fill) const;
   struct Rep;
