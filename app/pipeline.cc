@@ -196,7 +196,8 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
   o.block_cache_bytes = static_cast<uint64_t>(std::max<int64_t>(f.block_cache_mb, 1)) << 20;
   o.write_buffer_bytes = static_cast<uint64_t>(std::max<int64_t>(f.write_buffer_mb, 1)) << 20;
   o.read_only = read_only;
-  o.read_cache_bytes = read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;
+  o.read_cache_bytes =
+      read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;
   o.sync_writes = f.sync;
   o.inactive_days = f.inactive_days;
   // Fault drills and tests (not a flag: nobody should arm it by accident).

@@ -35,7 +35,8 @@ int RunUp(int argc, char** argv) {
   AddStateFlags(&fs, &f);
   f.read_cache_mb = 64;
   fs.Int("read-cache-mb", &f.read_cache_mb,
-         "memory for post, user and unread counters read recently, in front of RocksDB, MiB (0: none)");
+         "memory for post, user and unread counters read recently, in front of RocksDB, MiB (0: "
+         "none)");
   fs.Int("port", &port, "port of the embedded broker (without --brokers)");
   fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
   AddHttpFlags(&fs, &http);
@@ -45,10 +46,12 @@ int RunUp(int argc, char** argv) {
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
   InstallBrokerControlSignals();
-  if (f.partitions < 1 || f.partitions > 1024 || flush_ms < 1 || key_budget < 1 || f.read_cache_mb < 0) {
-    return Fail(command, base::Status::InvalidArgument(
-                             "--partitions must be 1..1024; --flush-ms, --key-budget positive; "
-                             "--read-cache-mb not negative"),
+  if (f.partitions < 1 || f.partitions > 1024 || flush_ms < 1 || key_budget < 1 ||
+      f.read_cache_mb < 0) {
+    return Fail(command,
+                base::Status::InvalidArgument(
+                    "--partitions must be 1..1024; --flush-ms, --key-budget positive; "
+                    "--read-cache-mb not negative"),
                 kExitUsage);
   }
   auto so = MakeServerOptions(http);

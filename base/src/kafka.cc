@@ -147,8 +147,8 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   // the logical "beginning", librdkafka 2.0 often resolves the offset only
   // on its 500 ms retry timer, and every tally command started that late.
   int64_t low = 0, high = 0;
-  rd_kafka_resp_err_t werr =
-      rd_kafka_query_watermark_offsets(rk->get(), std::string(kMetaTopic).c_str(), 0, &low, &high, timeout_ms);
+  rd_kafka_resp_err_t werr = rd_kafka_query_watermark_offsets(
+      rk->get(), std::string(kMetaTopic).c_str(), 0, &low, &high, timeout_ms);
   rd_kafka_poll_set_consumer(rk->get());
   KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(parts.get(), std::string(kMetaTopic).c_str(), 0)->offset =

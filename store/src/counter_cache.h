@@ -75,7 +75,7 @@ class CounterCache {
 
   std::mutex red_dots_mu_;
   std::shared_ptr<const RedDots> red_dots_;  // null: not cached
-  uint64_t red_dots_generation_ = 0;          // bumped by InvalidateRedDots
+  uint64_t red_dots_generation_ = 0;         // bumped by InvalidateRedDots
 
   void* memory_ = nullptr;
   Bucket* buckets_ = nullptr;

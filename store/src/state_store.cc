@@ -2,14 +2,13 @@
 
 #include <fmt/core.h>
 #include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
-
-#include <rocksdb/compaction_filter.h>
 
 #include <algorithm>
 #include <atomic>
@@ -368,7 +367,7 @@ struct StateStore::Rep {
   std::unique_ptr<InactivePurgeFilter> purge;
   rocksdb::Options db_options;  // kept to reopen read-only partitions
   std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
-  std::unique_ptr<CounterCache> cache;     // StoreOptions::read_cache_bytes; outlives the partitions
+  std::unique_ptr<CounterCache> cache;  // StoreOptions::read_cache_bytes; outlives the partitions
 
   // The database of the partition that owns `entity`, held for the caller.
   std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
@@ -607,10 +606,14 @@ namespace {
 // For error messages.
 const char* CounterKindName(char kind) {
   switch (static_cast<RecordKind>(kind)) {
-    case RecordKind::kPostCounters: return "post counters";
-    case RecordKind::kUserCounters: return "user counters";
-    case RecordKind::kUnreadCounters: return "unread counters";
-    default: return "counters";
+    case RecordKind::kPostCounters:
+      return "post counters";
+    case RecordKind::kUserCounters:
+      return "user counters";
+    case RecordKind::kUnreadCounters:
+      return "unread counters";
+    default:
+      return "counters";
   }
 }
 }  // namespace
@@ -653,8 +656,8 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     }
     std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
     rocksdb::DB* db = db_ref.get();
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin, slices.data() + begin,
-                 values.data() + begin, statuses.data() + begin);
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin,
+                 slices.data() + begin, values.data() + begin, statuses.data() + begin);
   }
   for (size_t k = 0; k < misses.size(); k++) {
     const uint64_t id = ids[misses[k].index];
@@ -663,7 +666,8 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     } else if (!statuses[k].ok()) {
       return FromRocks(statuses[k], fmt::format("reading the {} of {}", CounterKindName(kind), id));
     } else if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
-      return Status::Corruption(fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
+      return Status::Corruption(
+          fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
     }
     if (cache != nullptr) cache->Fill(kind, id, v, nfields, misses[k].lease);
     fill(misses[k].index, v);
@@ -740,22 +744,23 @@ Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, i
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
   UserCounts uc;
   uc.user_id = user_id;
-  TALLY_RETURN_IF_ERROR(MultiGetCounters(static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount,
-                                         std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
-                                           uc.posts = v[0];
-                                           uc.followers = v[1];
-                                           uc.following = v[2];
-                                         }));
+  TALLY_RETURN_IF_ERROR(
+      MultiGetCounters(static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount,
+                       std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
+                         uc.posts = v[0];
+                         uc.followers = v[1];
+                         uc.following = v[2];
+                       }));
   return uc;
 }
 
 Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
   UnreadCounters uc;
-  TALLY_RETURN_IF_ERROR(MultiGetCounters(static_cast<char>(RecordKind::kUnreadCounters),
-                                         schemas::kUnreadCounterKinds, std::span<const uint64_t>(&user_id, 1),
-                                         [&uc](size_t, const int64_t* v) {
-                                           std::copy(v, v + schemas::kUnreadCounterKinds, uc.counts);
-                                         }));
+  TALLY_RETURN_IF_ERROR(
+      MultiGetCounters(static_cast<char>(RecordKind::kUnreadCounters), schemas::kUnreadCounterKinds,
+                       std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
+                         std::copy(v, v + schemas::kUnreadCounterKinds, uc.counts);
+                       }));
   return uc;
 }
 
@@ -776,7 +781,8 @@ Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
     }
     out.push_back(DecodeBigEndian64(it.key().data() + prefix.size()));
   }
-  if (!it.status().ok()) return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
+  if (!it.status().ok())
+    return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
   return out;
 }
 

@@ -81,7 +81,8 @@ TEST(CounterCacheTest, EvictionNeverMixesUpRecords) {
     }
     int64_t fill[6] = {int64_t(id), 1, 2, 3, 4, int64_t(id) * 2};
     cache.Fill('n', id, fill, 6, lease);
-    ASSERT_TRUE(cache.Lookup('n', id, v, 6, &lease)) << "record " << id << " not cached right after its fill";
+    ASSERT_TRUE(cache.Lookup('n', id, v, 6, &lease))
+        << "record " << id << " not cached right after its fill";
     ASSERT_EQ(v[5], int64_t(id) * 2);
   }
   EXPECT_GT(hits, 0);

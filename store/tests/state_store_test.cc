@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -275,7 +275,8 @@ TEST_F(StateStoreTest, ReadCacheFollowsRedDotCommits) {
   EXPECT_TRUE(dots().empty());
   commit(global, [](PartitionBatch* b) { b->MaxRedDot("feed", 10); });
   EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", true}}));
-  commit(schemas::PartitionOf(user, 4), [&](PartitionBatch* b) { b->MaxUserRedDot(user, "feed", 20); });
+  commit(schemas::PartitionOf(user, 4),
+         [&](PartitionBatch* b) { b->MaxUserRedDot(user, "feed", 20); });
   EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", false}}));
   commit(global, [](PartitionBatch* b) {
     b->MaxRedDot("feed", 30);
