@@ -103,9 +103,17 @@ class WindowApplier {
   store::Progress progress_;
   int64_t committed_offset_ = 0;
   bool dirty_ = false;
-  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kPostFieldCount>> post_ops_;
-  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUserFieldCount>> user_ops_;
-  std::unordered_map<uint64_t, std::array<store::CounterOp, schemas::kUnreadCounterKinds>> unread_ops_;
+  using PostOps = std::array<store::CounterOp, schemas::kPostFieldCount>;
+  using UserOps = std::array<store::CounterOp, schemas::kUserFieldCount>;
+  using UnreadOps = std::array<store::CounterOp, schemas::kUnreadCounterKinds>;
+  std::unordered_map<uint64_t, PostOps> post_ops_;
+  std::unordered_map<uint64_t, UserOps> user_ops_;
+  std::unordered_map<uint64_t, UnreadOps> unread_ops_;
+  // Commit()'s key-ordered views of the window, reused.
+  std::vector<std::pair<uint64_t, const PostOps*>> sorted_posts_;
+  std::vector<std::pair<uint64_t, const UserOps*>> sorted_users_;
+  std::vector<std::pair<uint64_t, const UnreadOps*>> sorted_unread_;
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, const bool*>> sorted_edges_;
   Edges likes_;
   Edges follows_;
   // Unread shapes other than plain counters.
