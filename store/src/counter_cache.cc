@@ -1,6 +1,7 @@
 #include "counter_cache.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -71,16 +72,26 @@ CounterCache::CounterCache(uint64_t capacity_bytes) {
   static_assert(sizeof(Entry) == 64);
   static_assert(sizeof(Bucket) == 64 + kWays * 64);
   nbuckets_ = std::max<uint64_t>(1, capacity_bytes / sizeof(Bucket));
-  // calloc: zero pages are mapped on first touch, and all-zero is a valid
-  // empty bucket (unlocked, every way kEmpty).
-  memory_ = std::calloc(nbuckets_ + 1, sizeof(Bucket));
-  if (memory_ == nullptr) throw std::bad_alloc();
+  // Anonymous memory is zero, and all-zero is a valid empty bucket
+  // (unlocked, every way kEmpty). Buckets are hit at random, so with 4 KiB
+  // pages nearly every early access faults a page in and later ones miss
+  // the TLB: ask for transparent huge pages (2 MiB-aligned), where the
+  // kernel allows them (`madvise` or `always` mode); otherwise this is plain
+  // memory. Measured on ingest, where commits drop records from all over
+  // the cache: 16k page faults for the default 64 MiB become 32.
+  constexpr size_t kHuge = size_t{2} << 20;
+  mapped_bytes_ = nbuckets_ * sizeof(Bucket) + kHuge;
+  memory_ =
+      ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory_ == MAP_FAILED) throw std::bad_alloc();
   uintptr_t p = reinterpret_cast<uintptr_t>(memory_);
-  p = (p + 63) & ~uintptr_t{63};
+  p = (p + kHuge - 1) & ~uintptr_t{kHuge - 1};
   buckets_ = reinterpret_cast<Bucket*>(p);
+  // Advice only: a kernel without THP leaves the region as it is.
+  (void)::madvise(buckets_, nbuckets_ * sizeof(Bucket), MADV_HUGEPAGE);
 }
 
-CounterCache::~CounterCache() { std::free(memory_); }
+CounterCache::~CounterCache() { ::munmap(memory_, mapped_bytes_); }
 
 size_t CounterCache::entries() const { return nbuckets_ * kWays; }
 

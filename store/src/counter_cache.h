@@ -19,7 +19,7 @@
 // Fixed memory, set-associative: buckets of four 64-byte entries, each
 // bucket with its own spin lock (held for a few dozen instructions);
 // replacement by a clock over the bucket. Nothing is allocated after
-// construction, and pages are touched only as buckets are used.
+// construction; the memory is asked to be transparent huge pages.
 //
 // Thread model: safe for concurrent use.
 #pragma once
@@ -77,7 +77,8 @@ class CounterCache {
   std::shared_ptr<const RedDots> red_dots_;  // null: not cached
   uint64_t red_dots_generation_ = 0;         // bumped by InvalidateRedDots
 
-  void* memory_ = nullptr;
+  void* memory_ = nullptr;  // mmap'd, mapped_bytes_ long
+  size_t mapped_bytes_ = 0;
   Bucket* buckets_ = nullptr;
   size_t nbuckets_ = 0;
 };
