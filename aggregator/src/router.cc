@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <array>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -20,6 +21,8 @@ using base::Status;
 namespace {
 constexpr const char* kLog = "router";
 constexpr size_t kMaxGenerationsInFlight = 8;
+// Input messages taken from the consumer queue at once.
+constexpr size_t kConsumeBatch = 256;
 // Room left in a dead letter for its headers and Kafka's record overhead.
 constexpr size_t kDlqHeadroom = 16 << 10;
 }  // namespace
@@ -409,33 +412,48 @@ Status Router::Run(const std::atomic<bool>* stop) {
   }
 
   Status result = Status::Ok();
+  // Seals the open generation, then bounds the pipeline: with too many
+  // flushes in flight, waits for the oldest.
+  auto seal = [&]() -> Status {
+    TALLY_RETURN_IF_ERROR(r.Seal());
+    while (r.generations.size() > kMaxGenerationsInFlight && r.first_failure.empty() &&
+           r.generations.front().outstanding > 0 && !stop->load(std::memory_order_relaxed)) {
+      rd_kafka_poll(r.producer.get(), 10);
+    }
+    return Status::Ok();
+  };
+  // Messages are taken from librdkafka a batch at a time: one queue lock and
+  // one clock read per batch instead of per event (measured: 3 % of the
+  // router's CPU was clock reads when it polled one message at a time).
+  std::array<rd_kafka_message_t*, kConsumeBatch> batch;
   while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
-    base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
-    if (m) {
+    ssize_t n = rd_kafka_consume_batch_queue(r.consumer_queue, 5, batch.data(), batch.size());
+    for (ssize_t i = 0; i < n; i++) {
+      base::KafkaMessage m(batch[i]);
+      if (!result.ok()) continue;  // the rest of the batch is only released
       if (m->err) {
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           TALLY_LOG_WARN(kLog, "consumer: {}", rd_kafka_message_errstr(m.get()));
         }
-      } else {
-        r.Handle(m.get());
-        r.KeepFetcherAwake(m.get());
+        continue;
       }
+      r.Handle(m.get());
+      r.KeepFetcherAwake(m.get());
+      // Size limits are checked per event: one mention can fan out to 100
+      // deltas, and a deltas message must stay under message.max.bytes.
+      if (r.pending_bytes >= r.o.max_batch_bytes || r.largest_batch >= r.max_deltas_message)
+        result = seal();
     }
+    if (!result.ok()) break;
     rd_kafka_poll(r.producer.get(), 0);
-    if (r.first_pending_ms >= 0 &&
-        (base::SteadyMs() - r.first_pending_ms >= r.o.linger_ms || r.pending_bytes >= r.o.max_batch_bytes ||
-         r.largest_batch >= r.max_deltas_message)) {
-      result = r.Seal();
+    const int64_t now = base::SteadyMs();
+    if (r.first_pending_ms >= 0 && now - r.first_pending_ms >= r.o.linger_ms) {
+      result = seal();
       if (!result.ok()) break;
-      // Bounded pipeline: with too many flushes in flight, wait for the oldest.
-      while (r.generations.size() > kMaxGenerationsInFlight && r.first_failure.empty() &&
-             r.generations.front().outstanding > 0 && !stop->load(std::memory_order_relaxed)) {
-        rd_kafka_poll(r.producer.get(), 10);
-      }
     }
     result = r.Reap(/*sync_commit=*/false);
     if (!result.ok()) break;
-    if (r.o.whole_topics && base::SteadyMs() - r.last_discovery_ms >= 30000) {
+    if (r.o.whole_topics && now - r.last_discovery_ms >= 30000) {
       // Briefly: routing waits meanwhile. A topic that cannot be described
       // now (an outage, reported by KafkaHealth) is asked again later.
       if (auto st = r.AssignWholeTopics(1000); !st.ok()) TALLY_LOG_DEBUG(kLog, "{}", st.message());
