@@ -13,25 +13,6 @@ using schemas::Delta;
 using schemas::DeltaOp;
 using store::CounterOp;
 
-namespace {
-
-// The entries of `m` as (key, pointer to value) in ascending key order, in
-// `*out` (reused from window to window). Keys are encoded big-endian after
-// their kind byte, so numeric order is the store's byte order.
-template <typename Map>
-const std::vector<std::pair<typename Map::key_type, const typename Map::mapped_type*>>& InKeyOrder(
-    const Map& m,
-    std::vector<std::pair<typename Map::key_type, const typename Map::mapped_type*>>* out) {
-  out->clear();
-  out->reserve(m.size());
-  for (const auto& [k, v] : m) out->emplace_back(k, &v);
-  std::sort(out->begin(), out->end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  return *out;
-}
-
-}  // namespace
-
 WindowApplier::WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions,
                              store::ViewedOptions viewed)
     : partition_(partition), deltas_topic_(std::move(deltas_topic)), partitions_(partitions), viewed_options_(viewed), viewed_(viewed) {}
@@ -57,8 +38,7 @@ size_t WindowApplier::pending_keys() const {
 }
 
 base::Result<bool> WindowApplier::EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b) {
-  auto it = overlay->find({a, b});
-  if (it != overlay->end()) return it->second;
+  if (const bool* set = overlay->find({a, b})) return *set;
   return like ? partition_->HasLike(a, b) : partition_->HasFollow(a, b);
 }
 
@@ -214,22 +194,25 @@ Status WindowApplier::Commit() {
   // ascending keys from where the previous insert ended (its splice) instead
   // of searching from the top for each one, and memtable inserts are most of
   // a window's cost.
-  for (const auto& [id, ops] : InKeyOrder(post_ops_, &sorted_posts_))
-    batch_.MergePostCounters(id, ops->data());
-  for (const auto& [id, ops] : InKeyOrder(user_ops_, &sorted_users_))
-    batch_.MergeUserCounters(id, ops->data());
-  for (const auto& [id, ops] : InKeyOrder(unread_ops_, &sorted_unread_)) {
-    batch_.MergeUnreadCounters(id, ops->data());
-  }
-  for (const auto& [k, set] : InKeyOrder(likes_, &sorted_edges_)) {
-    if (*set)
+  post_ops_.SortByKey();
+  user_ops_.SortByKey();
+  unread_ops_.SortByKey();
+  likes_.SortByKey();
+  follows_.SortByKey();
+  for (const auto& [id, ops] : post_ops_) batch_.MergePostCounters(id, ops.data());
+  for (const auto& [id, ops] : user_ops_) batch_.MergeUserCounters(id, ops.data());
+  for (const auto& [id, ops] : unread_ops_) batch_.MergeUnreadCounters(id, ops.data());
+  for (const auto& [k, set] : likes_) {
+    if (set)
       batch_.PutLike(k.first, k.second);
-    else batch_.DeleteLike(k.first, k.second);
+    else
+      batch_.DeleteLike(k.first, k.second);
   }
-  for (const auto& [k, set] : InKeyOrder(follows_, &sorted_edges_)) {
-    if (*set)
+  for (const auto& [k, set] : follows_) {
+    if (set)
       batch_.PutFollow(k.first, k.second);
-    else batch_.DeleteFollow(k.first, k.second);
+    else
+      batch_.DeleteFollow(k.first, k.second);
   }
   for (const auto& n : notices_) batch_.PutNotice(n.id, n.ordinal, n.title);
   for (const auto& [user, ops] : notice_reads_) {

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/window_map.h"
 #include "base/status.h"
 #include "schemas/delta.h"
 #include "store/counter_op.h"
@@ -85,12 +86,7 @@ class WindowApplier {
   }
 
  private:
-  struct PairHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& p) const {
-      return std::hash<uint64_t>()(p.first * 0x9e3779b97f4a7c15ULL ^ p.second);
-    }
-  };
-  using Edges = std::unordered_map<std::pair<uint64_t, uint64_t>, bool, PairHash>;
+  using Edges = WindowMap<std::pair<uint64_t, uint64_t>, bool>;
 
   base::Result<bool> EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b);
   void ClearWindow();
@@ -106,14 +102,9 @@ class WindowApplier {
   using PostOps = std::array<store::CounterOp, schemas::kPostFieldCount>;
   using UserOps = std::array<store::CounterOp, schemas::kUserFieldCount>;
   using UnreadOps = std::array<store::CounterOp, schemas::kUnreadCounterKinds>;
-  std::unordered_map<uint64_t, PostOps> post_ops_;
-  std::unordered_map<uint64_t, UserOps> user_ops_;
-  std::unordered_map<uint64_t, UnreadOps> unread_ops_;
-  // Commit()'s key-ordered views of the window, reused.
-  std::vector<std::pair<uint64_t, const PostOps*>> sorted_posts_;
-  std::vector<std::pair<uint64_t, const UserOps*>> sorted_users_;
-  std::vector<std::pair<uint64_t, const UnreadOps*>> sorted_unread_;
-  std::vector<std::pair<std::pair<uint64_t, uint64_t>, const bool*>> sorted_edges_;
+  WindowMap<uint64_t, PostOps> post_ops_;
+  WindowMap<uint64_t, UserOps> user_ops_;
+  WindowMap<uint64_t, UnreadOps> unread_ops_;
   Edges likes_;
   Edges follows_;
   // Unread shapes other than plain counters.
