@@ -226,6 +226,7 @@ Applier::~Applier() = default;
 Status Applier::Run(const std::atomic<bool>* stop) {
   Rep& r = *rep_;
   r.stop = stop;
+  store::DisablePerfCounters();
   auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, r.o.kafka, {{"enable.idempotence", "true"},
                                                {"compression.type", "lz4"},
                                                {"linger.ms", "1"},

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "store/state_store.h"
+
 namespace tally::aggregator {
 
 // Runs fn(0..n-1) on the calling thread and one helper thread ("tally-commit")
@@ -52,6 +54,7 @@ class CommitHelper {
   }
   void Loop() {
     pthread_setname_np(pthread_self(), "tally-commit");
+    store::DisablePerfCounters();
     uint64_t seen = 0;
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {

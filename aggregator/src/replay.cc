@@ -88,6 +88,7 @@ Status CommitAll(std::vector<std::unique_ptr<WindowApplier>>* appliers, CommitHe
 }  // namespace
 
 Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomic<bool>* stop) {
+  store::DisablePerfCounters();
   // The state must be empty: replay never merges into existing counts.
   auto all = store->LoadAllProgress();
   if (!all.ok()) return all.status();

@@ -1,9 +1,8 @@
 // The only file of tally that includes RESTinio (it compiles slowly).
 #include "query/http_server.h"
 
-#include <pthread.h>
-
 #include <fmt/core.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "base/metrics.h"
 #include "query/query_service.h"
 #include "rate_limiter.h"
+#include "store/state_store.h"
 
 namespace tally::query {
 
@@ -443,6 +443,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
     IoContext* io = self->shards[static_cast<size_t>(i)].io.get();
     self->threads.emplace_back([io, i] {
       pthread_setname_np(pthread_self(), fmt::format("tally-http-{}", i).substr(0, 15).c_str());
+      store::DisablePerfCounters();  // handlers read the state on this thread
       // Handlers do not throw (OnRequest is noexcept); RESTinio's own
       // exceptions are caught per connection. Anything else is a bug.
       try {

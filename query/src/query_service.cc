@@ -656,6 +656,7 @@ Response QueryService::HandleWatermarks() {
 
 void QueryService::FollowWriter() {
   pthread_setname_np(pthread_self(), "tally-follow");
+  store::DisablePerfCounters();
   int64_t last_warning_ms = -1000000;
   std::unique_lock<std::mutex> l(follow_mu_);
   while (!follow_cv_.wait_for(l, std::chrono::milliseconds(options_.catch_up_interval_ms),

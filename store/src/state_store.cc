@@ -6,6 +6,7 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/perf_level.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
@@ -308,6 +309,8 @@ Result<Progress> Partition::LoadProgress() const {
   }
   return p;
 }
+
+void DisablePerfCounters() { rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable); }
 
 Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
