@@ -19,10 +19,6 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "applier";
-// A window touching fewer keys than this is committed on the applier thread
-// alone: waking the helper would cost more than it saves.
-constexpr size_t kParallelCommitKeys = 4096;
-
 }  // namespace
 
 struct Applier::Rep {
@@ -33,7 +29,15 @@ struct Applier::Rep {
   base::KafkaTopic deltas_rkt;  // destroyed before the producer
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
-  CommitHelper commit_helper;
+  // Two writers: each partition is its own RocksDB, so two memtables fill at
+  // once while this thread applies the next window.
+  CommitHelper commit_helper{2};
+  // The sealed windows the helper is writing, and how each write ended.
+  std::vector<std::pair<int32_t, WindowApplier*>> committing;
+  std::vector<Status> commit_results;
+  // Set while a failing write is being reported: a failing disk fails every
+  // partition the helpers are writing, and the log says so once.
+  std::atomic<bool> failure_reported{false};
   int64_t last_flush_ms = 0;
   const std::atomic<bool>* stop = nullptr;
 
@@ -100,10 +104,35 @@ struct Applier::Rep {
     return n;
   }
 
-  // Derived deltas first (acknowledged), then every window: a crash between
-  // the two re-derives them from the same deltas, and the target drops the
-  // copies by mark.
+  // True while the helper is still writing the last sealed windows.
+  bool CommitBusy() { return !committing.empty() && commit_helper.Busy(); }
+
+  // Waits for the sealed windows to be written. Their appliers may seal
+  // again afterwards. The first write error, if any (CommitWindow retries
+  // until it succeeds or we are told to stop).
+  Status FinishCommits() {
+    if (committing.empty()) return Status::Ok();
+    commit_helper.Wait();
+    Status first = Status::Ok();
+    for (size_t i = 0; i < committing.size(); i++) {
+      if (commit_results[i].ok()) {
+        committing[i].second->FinishCommit();
+      } else if (first.ok()) {
+        first = commit_results[i];
+      }
+    }
+    committing.clear();
+    return first;
+  }
+
+  // Ends the window: waits for the previous one to be written, has the
+  // derived deltas acknowledged, then seals every partition's window and
+  // hands them to the helper thread, which writes them while this thread
+  // applies the next window. Derived deltas come first: a crash between
+  // them and the window re-derives them from the same deltas, and the
+  // target drops the copies by mark.
   Status FlushAll() {
+    TALLY_RETURN_IF_ERROR(FinishCommits());
     last_flush_ms = base::SteadyMs();
     bool any_derived = false;
     for (uint32_t d = 0; d < derived.size(); d++) {
@@ -134,51 +163,53 @@ struct Applier::Rep {
       std::lock_guard<std::mutex> l(failure_mu);
       if (!first_failure.empty()) return Status::Unavailable(first_failure);
     }
-    std::vector<std::pair<int32_t, WindowApplier*>> dirty;
-    size_t keys = 0;
     for (auto& [p, wa] : owned) {
-      if (!wa->dirty()) continue;
-      dirty.emplace_back(p, wa.get());
-      keys += wa->pending_keys();
-    }
-    if (keys < kParallelCommitKeys || dirty.size() < 2) {
-      for (auto& [p, wa] : dirty) TALLY_RETURN_IF_ERROR(CommitWindow(p, wa));
-    } else {
-      // Partitions are independent (each has its own offsets), so one that
-      // cannot commit does not hold the others back.
-      std::vector<Status> results(dirty.size());
-      commit_helper.Run(dirty.size(), [&](size_t i) { results[i] = CommitWindow(dirty[i].first, dirty[i].second); });
-      for (auto& st : results) TALLY_RETURN_IF_ERROR(st);
+      if (!wa->window_dirty()) continue;
+      wa->Seal();
+      committing.emplace_back(p, wa.get());
     }
     for (auto& [p, wa] : owned) {
       WindowStats ws = wa->TakeStats();
       applied_total->Inc(ws.applied);
       duplicates_total->Inc(ws.duplicates);
     }
+    if (committing.empty()) return Status::Ok();
+    // Partitions are independent (each has its own offsets), so one that
+    // cannot commit does not hold the others back.
+    commit_results.assign(committing.size(), Status::Ok());
+    commit_helper.Start(committing.size(), [this](size_t i) {
+      commit_results[i] = CommitWindow(committing[i].first, committing[i].second);
+    });
     return Status::Ok();
   }
 
-  // Commits one partition's window. A store that refuses the write (a full
-  // or failing disk) is retried with backoff until it accepts the window or
-  // we are told to stop: meanwhile nothing of the window is visible, the
-  // state's offset stays where it was (a restart redoes the window from
-  // there), reads are served, and the log says so once, not per attempt.
+  // Writes one partition's sealed window (on the helper thread). A store
+  // that refuses the write (a full or failing disk) is retried with backoff
+  // until it accepts the window or we are told to stop: meanwhile nothing of
+  // the window is visible, the state's offset stays where it was (a restart
+  // redoes the window from there), reads are served, the applier stops
+  // applying at the next window's end, and the log says so once, not per
+  // attempt.
   Status CommitWindow(int32_t p, WindowApplier* wa) {
     const int64_t t0 = base::SteadyMs();
     int64_t last_log_ms = t0;
     int attempts = 0;
     int backoff_ms = 100;
+    bool reporting = false;  // this call reports the failure (see failure_reported)
     for (;;) {
       int64_t t = base::SteadyMs();
-      Status st = wa->Commit();
+      Status st = wa->CommitSealed();
       if (st.ok()) {
         commit_seconds->Observe((base::SteadyMs() - t) / 1000.0);
         windows_total->Inc();
-        if (attempts > 0) {
-          TALLY_LOG_WARN(kLog, "{}/{}: window up to offset {} committed after {:.1f} s of failed writes ({} attempts); "
+        if (reporting) {
+          failure_reported.store(false);
+          TALLY_LOG_WARN(kLog,
+                         "{}/{}: window up to offset {} committed after {:.1f} s of failed writes "
+                         "({} attempts); "
                          "applying resumes",
-                         o.deltas_topic, p, wa->progress().next_deltas_offset - 1, (base::SteadyMs() - t0) / 1000.0,
-                         attempts + 1);
+                         o.deltas_topic, p, wa->sealed_next_offset() - 1,
+                         (base::SteadyMs() - t0) / 1000.0, attempts + 1);
         }
         return Status::Ok();
       }
@@ -186,11 +217,15 @@ struct Applier::Rep {
       int64_t now = base::SteadyMs();
       if (attempts == 1 || now - last_log_ms >= 60000) {
         last_log_ms = now;
-        TALLY_LOG_ERROR(kLog, "{}/{}: cannot commit the window up to offset {} ({}); the state stays at offset {}, "
-                        "retrying with backoff, reads are still served{}",
-                        o.deltas_topic, p, wa->progress().next_deltas_offset - 1, st.message(),
-                        wa->committed_offset(),
-                        attempts == 1 ? "" : fmt::format(" ({:.0f} s so far)", (now - t0) / 1000.0));
+        if (!reporting) reporting = !failure_reported.exchange(true);
+      }
+      if (reporting && last_log_ms == now) {
+        TALLY_LOG_ERROR(
+            kLog,
+            "{}/{}: cannot commit the window up to offset {} ({}); the state stays at offset {}, "
+            "retrying with backoff, reads are still served{}",
+            o.deltas_topic, p, wa->sealed_next_offset() - 1, st.message(), wa->committed_offset(),
+            attempts == 1 ? "" : fmt::format(" ({:.0f} s so far)", (now - t0) / 1000.0));
       }
       // Told to stop: give the store a few seconds, then leave the window
       // uncommitted (the restart redoes it).
@@ -200,8 +235,9 @@ struct Applier::Rep {
         if (base::SteadyMs() - now >= backoff_ms) break;
       }
       backoff_ms = std::min(backoff_ms * 2, 2000);
-      Status rs = wa->RecoverFromFailedCommit();
-      if (rs.ok() && !wa->dirty()) return Status::Ok();  // it had landed after all
+      // If the write had landed after all, the next CommitSealed() writes
+      // nothing and succeeds.
+      (void)wa->RecoverFromFailedCommit();
     }
   }
 
@@ -269,8 +305,10 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   Status result = Status::Ok();
   // A window ends --flush-ms after the last one once the consumer has caught
   // up (a poll found nothing), so fresh deltas become visible quickly; while
-  // a backlog keeps every poll busy it grows to 10x that (or the key budget),
-  // so hot keys coalesce more and RocksDB sees fewer, larger batches.
+  // a backlog keeps every poll busy it grows to 10x that, so hot keys
+  // coalesce more and RocksDB sees fewer, larger batches. While the helper
+  // is still writing the previous window, this one goes on growing instead
+  // of waiting for it; only the key budget makes the applier wait.
   const int64_t max_window_ms = static_cast<int64_t>(r.o.flush_ms) * 10;
   bool caught_up = false;
   while (!stop->load(std::memory_order_relaxed)) {
@@ -303,13 +341,17 @@ Status Applier::Run(const std::atomic<bool>* stop) {
     }
     rd_kafka_poll(r.producer.get(), 0);
     int64_t elapsed = base::SteadyMs() - r.last_flush_ms;
-    if ((elapsed >= r.o.flush_ms && caught_up) || elapsed >= max_window_ms || r.PendingKeys() >= r.o.key_budget) {
+    const bool window_over = (elapsed >= r.o.flush_ms && caught_up) || elapsed >= max_window_ms;
+    if ((window_over && !r.CommitBusy()) || r.PendingKeys() >= r.o.key_budget) {
       result = r.FlushAll();
       if (!result.ok()) break;
       caught_up = false;
     }
   }
   if (result.ok()) result = r.FlushAll();
+  // Always: the helper must be done with the windows before they go.
+  Status last = r.FinishCommits();
+  if (result.ok()) result = last;
   rd_kafka_consumer_close(r.consumer.get());
   r.owned.clear();
   if (result.ok()) {

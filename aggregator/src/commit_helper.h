@@ -5,47 +5,82 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "store/state_store.h"
 
 namespace tally::aggregator {
 
 // Runs fn(0..n-1) on the calling thread and one helper thread ("tally-commit")
-// and returns once all calls have. Applier windows are committed this way:
-// each partition is its own RocksDB, so two memtables fill at once, and the
-// memtable inserts are most of the applier's time.
+// and returns once all calls have (Run), or on the helper thread alone while
+// the caller goes on (Start, then Wait). Applier windows are committed this
+// way: each partition is its own RocksDB, so replay fills two memtables at
+// once, and the live applier applies the next window while the helper
+// writes the last one; memtable inserts are most of the applier's time.
 class CommitHelper {
  public:
-  CommitHelper() : thread_([this] { Loop(); }) {}
+  explicit CommitHelper(int helpers = 1) {
+    for (int i = 0; i < helpers; i++) threads_.emplace_back([this] { Loop(); });
+  }
   ~CommitHelper() {
     {
       std::lock_guard<std::mutex> l(mu_);
       quit_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    for (auto& t : threads_) t.join();
   }
 
   void Run(size_t n, const std::function<void(size_t)>& fn) {
     {
       std::lock_guard<std::mutex> l(mu_);
+      assert(busy_ == 0);
       fn_ = &fn;
       n_ = n;
       next_.store(0);
-      helper_busy_ = true;
+      busy_ = threads_.size();
       round_++;
     }
     cv_.notify_all();
     Work();
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return !helper_busy_; });
+    cv_.wait(l, [&] { return busy_ == 0; });
     fn_ = nullptr;
+  }
+
+  // Starts fn(0..n-1) on the helper thread and returns at once. One job at
+  // a time: Wait() for it before the next Start() or Run().
+  void Start(size_t n, std::function<void(size_t)> fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      assert(busy_ == 0);
+      started_fn_ = std::move(fn);
+      fn_ = &started_fn_;
+      n_ = n;
+      next_.store(0);
+      busy_ = threads_.size();
+      round_++;
+    }
+    cv_.notify_all();
+  }
+  // True while a started job runs.
+  bool Busy() {
+    std::lock_guard<std::mutex> l(mu_);
+    return busy_ != 0;
+  }
+  // Returns once the started job (if any) is done.
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return busy_ == 0; });
+    fn_ = nullptr;
+    started_fn_ = nullptr;
   }
 
  private:
@@ -64,20 +99,20 @@ class CommitHelper {
       l.unlock();
       Work();
       l.lock();
-      helper_busy_ = false;
-      cv_.notify_all();
+      if (--busy_ == 0) cv_.notify_all();
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   const std::function<void(size_t)>* fn_ = nullptr;
+  std::function<void(size_t)> started_fn_;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
-  bool helper_busy_ = false;
+  size_t busy_ = 0;  // helpers still working on this round
   bool quit_ = false;
   uint64_t round_ = 0;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace tally::aggregator

@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cassert>
+#include <utility>
 
 #include "base/log.h"
 
@@ -37,8 +39,12 @@ size_t WindowApplier::pending_keys() const {
          view_bits_.size();
 }
 
-base::Result<bool> WindowApplier::EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b) {
-  if (const bool* set = overlay->find({a, b})) return *set;
+base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
+  if (const bool* set = (like ? likes_ : follows_).find({a, b})) return *set;
+  // A sealed window may still be on its way to the store.
+  if (sealed_) {
+    if (const bool* set = (like ? sealed_likes_ : sealed_follows_).find({a, b})) return *set;
+  }
   return like ? partition_->HasLike(a, b) : partition_->HasFollow(a, b);
 }
 
@@ -109,7 +115,7 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
     case DeltaOp::kLikeSet:
     case DeltaOp::kLikeUnset: {
       bool want = d.op == DeltaOp::kLikeSet;
-      auto cur = EdgeSet(&likes_, true, d.entity, d.member);
+      auto cur = EdgeSet(true, d.entity, d.member);
       if (!cur.ok()) {
         *st = cur.status();
         return;
@@ -122,7 +128,7 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
     case DeltaOp::kFollowSet:
     case DeltaOp::kFollowUnset: {
       bool want = d.op == DeltaOp::kFollowSet;
-      auto cur = EdgeSet(&follows_, false, d.entity, d.member);
+      auto cur = EdgeSet(false, d.entity, d.member);
       if (!cur.ok()) {
         *st = cur.status();
         return;
@@ -188,7 +194,15 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
 }
 
 Status WindowApplier::Commit() {
-  if (!dirty_) return Status::Ok();
+  if (dirty_ && !sealed_) Seal();
+  if (!sealed_) return Status::Ok();
+  TALLY_RETURN_IF_ERROR(CommitSealed());
+  FinishCommit();
+  return Status::Ok();
+}
+
+void WindowApplier::Seal() {
+  assert(dirty_ && !sealed_);
   batch_.Clear();
   // Each kind in key order: the memtable's skip list inserts a run of
   // ascending keys from where the previous insert ended (its splice) instead
@@ -231,27 +245,46 @@ Status WindowApplier::Commit() {
     else ++it;
   }
   batch_.SetProgress(progress_);
-  TALLY_RETURN_IF_ERROR(partition_->Commit(&batch_));
+  sealed_next_offset_ = progress_.next_deltas_offset;
+  // The edges stay readable (EdgeSet) until the store has them.
+  std::swap(likes_, sealed_likes_);
+  std::swap(follows_, sealed_follows_);
   ClearWindow();
-  return Status::Ok();
+  sealed_ = true;
+  sealed_landed_ = false;
+}
+
+Status WindowApplier::CommitSealed() {
+  if (!sealed_ || sealed_landed_) return Status::Ok();
+  return partition_->Commit(&batch_);
+}
+
+void WindowApplier::FinishCommit() {
+  assert(sealed_);
+  committed_offset_ = sealed_next_offset_;
+  sealed_likes_.clear();
+  sealed_follows_.clear();
+  sealed_ = false;
+  sealed_landed_ = false;
 }
 
 Status WindowApplier::RecoverFromFailedCommit() {
   TALLY_RETURN_IF_ERROR(partition_->Resume());
   auto stored = partition_->LoadProgress();
   if (!stored.ok()) return stored.status();
-  // A dirty window's target offset is above what was stored before it; the
+  // A sealed window's target offset is above what was stored before it; the
   // stored offset reaching it means the "failed" write is in the state.
-  if (dirty_ && stored->next_deltas_offset == progress_.next_deltas_offset) {
-    TALLY_LOG_WARN("applier", "{}/{}: the window up to offset {} was written despite the error; not applying it again",
-                   deltas_topic_, partition_->id(), progress_.next_deltas_offset - 1);
-    ClearWindow();
+  if (sealed_ && !sealed_landed_ && stored->next_deltas_offset == sealed_next_offset_) {
+    TALLY_LOG_WARN(
+        "applier",
+        "{}/{}: the window up to offset {} was written despite the error; not applying it again",
+        deltas_topic_, partition_->id(), sealed_next_offset_ - 1);
+    sealed_landed_ = true;
   }
   return Status::Ok();
 }
 
 void WindowApplier::ClearWindow() {
-  committed_offset_ = progress_.next_deltas_offset;
   post_ops_.clear();
   user_ops_.clear();
   unread_ops_.clear();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 namespace tally::aggregator {
 namespace {
@@ -128,6 +129,53 @@ TEST_F(WindowApplierTest, UncommittedWindowIsRedoneAfterRestart) {
   auto uc = store_->GetUserCounts(9);
   ASSERT_TRUE(uc.ok());
   EXPECT_EQ(uc->posts, 1);
+}
+
+TEST_F(WindowApplierTest, SealedWindowDecidesEdgesWhileAnotherThreadWritesIt) {
+  auto wa = NewApplier();
+  ASSERT_TRUE(wa->ApplyBatch(Batch({Like(true, 1, 10, 0), Like(true, 1, 11, 1)}), 0, nullptr).ok());
+  wa->Seal();
+  EXPECT_TRUE(wa->sealed());
+  EXPECT_FALSE(wa->window_dirty());
+  EXPECT_EQ(Likes(1), 0);  // sealed is not written
+  // The next window, applied before the sealed one reaches the store: a
+  // repeated like is a duplicate, an unlike removes a sealed like.
+  ASSERT_TRUE(
+      wa->ApplyBatch(Batch({Like(true, 1, 10, 2), Like(false, 1, 11, 3), Like(true, 1, 12, 4)}), 1,
+                     nullptr)
+          .ok());
+  base::Status written;
+  std::thread writer([&] { written = wa->CommitSealed(); });
+  writer.join();
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  EXPECT_EQ(Likes(1), 2);  // 10 and 11
+  EXPECT_EQ(wa->committed_offset(), 0);
+  wa->FinishCommit();
+  EXPECT_EQ(wa->committed_offset(), 1);
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(Likes(1), 2);  // 10 and 12
+  EXPECT_EQ(wa->committed_offset(), 2);
+  EXPECT_FALSE(wa->dirty());
+  auto liked = store_->IsLiked(1, 11);
+  ASSERT_TRUE(liked.ok());
+  EXPECT_FALSE(*liked);
+}
+
+TEST_F(WindowApplierTest, CrashWithASealedWindowRedoesBothWindows) {
+  {
+    auto wa = NewApplier();
+    ASSERT_TRUE(wa->ApplyBatch(Batch({Like(true, 1, 10, 0)}), 0, nullptr).ok());
+    wa->Seal();
+    ASSERT_TRUE(wa->ApplyBatch(Batch({Like(true, 1, 11, 1)}), 1, nullptr).ok());
+    // crash: the sealed window was never written
+  }
+  Reopen();
+  auto wa = NewApplier();
+  EXPECT_EQ(wa->progress().next_deltas_offset, 0);
+  ASSERT_TRUE(wa->ApplyBatch(Batch({Like(true, 1, 10, 0)}), 0, nullptr).ok());
+  ASSERT_TRUE(wa->ApplyBatch(Batch({Like(true, 1, 11, 1)}), 1, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(Likes(1), 2);
 }
 
 TEST_F(WindowApplierTest, ResetBetweenIncrementsInOneWindow) {

@@ -15,7 +15,16 @@
 // follower), sourced at (tally.deltas, this partition, offset, index), so
 // they are deduplicated the same way. The caller must have them
 // acknowledged by the broker before Commit(), or a crash would lose them.
-// Thread model: confined to the applier thread that owns the partition.
+//
+// Commit() is Seal(), CommitSealed() and FinishCommit() in a row. The live
+// applier splits them: it seals a window, has another thread write it, and
+// applies the next window meanwhile (edges are then decided over the
+// window, the sealed window and the store, in that order).
+//
+// Thread model: confined to the applier thread that owns the partition,
+// except CommitSealed() and RecoverFromFailedCommit(), which may run on
+// another thread between Seal() and FinishCommit() while this one goes on
+// applying; they touch only the sealed batch and the partition.
 #pragma once
 
 #include <array>
@@ -62,17 +71,34 @@ class WindowApplier {
   // Keys touched by the uncommitted window (for the key budget).
   size_t pending_keys() const;
   // True if anything (state or offsets) awaits Commit().
-  bool dirty() const { return dirty_; }
+  bool dirty() const { return dirty_ || (sealed_ && !sealed_landed_); }
+  // True if the window has applied deltas that are not sealed yet.
+  bool window_dirty() const { return dirty_; }
+  // True between Seal() and FinishCommit().
+  bool sealed() const { return sealed_; }
+  // The next deltas offset once the sealed window is written.
+  int64_t sealed_next_offset() const { return sealed_next_offset_; }
 
-  // Writes the window atomically; on error the window is kept so Commit()
-  // can be retried, and nothing of it is visible.
+  // Writes the window atomically; on error the window is kept (sealed) so
+  // Commit() can be retried, and nothing of it is visible.
   base::Status Commit();
 
-  // After a failed Commit(): asks the store to accept writes again
+  // Encodes the window (state changes and progress) into the batch that
+  // CommitSealed() writes, and starts an empty window. Requires
+  // window_dirty() and !sealed().
+  void Seal();
+  // Writes the sealed window atomically. On error it stays sealed, for a
+  // retry; nothing of it is visible.
+  base::Status CommitSealed();
+  // After CommitSealed() succeeded: committed_offset() moves to the sealed
+  // window's end and the next Seal() may come.
+  void FinishCommit();
+
+  // After a failed commit: asks the store to accept writes again
   // (Partition::Resume) and checks whether the failed write landed after all
-  // (the stored progress already is the window's): then the window counts
-  // as committed and dirty() turns false, so a retry cannot apply it twice.
-  // The store's error while it still refuses writes.
+  // (the stored progress already is the sealed window's): then the window
+  // counts as written, dirty() turns false and a retry writes nothing, so it
+  // cannot apply twice. The store's error while it still refuses writes.
   base::Status RecoverFromFailedCommit();
 
   // The next deltas offset the store holds (what a restart resumes from).
@@ -88,7 +114,7 @@ class WindowApplier {
  private:
   using Edges = WindowMap<std::pair<uint64_t, uint64_t>, bool>;
 
-  base::Result<bool> EdgeSet(Edges* overlay, bool like, uint64_t a, uint64_t b);
+  base::Result<bool> EdgeSet(bool like, uint64_t a, uint64_t b);
   void ClearWindow();
   void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
                 std::vector<schemas::DeltaBatchBuilder>* derived, base::Status* st);
@@ -126,7 +152,13 @@ class WindowApplier {
   schemas::DeltaBatchReader reader_;
   std::vector<schemas::Delta> decoded_;  // the batch being applied, reused
   std::vector<store::SourceMark*> stream_marks_;
+  // The sealed window: its encoded batch, the offset it ends at, its edges.
   store::PartitionBatch batch_;
+  bool sealed_ = false;
+  bool sealed_landed_ = false;  // found in the store after a failed write
+  int64_t sealed_next_offset_ = 0;
+  Edges sealed_likes_;
+  Edges sealed_follows_;
   WindowStats stats_;
 };
 
