@@ -35,7 +35,7 @@ void AddTopicFlags(base::FlagSet* fs, CommonFlags* f) {
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->String("state-dir", &f->state_dir, "state directory (RocksDB per partition)");
   fs->Int("block-cache-mb", &f->block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
-  fs->Int("write-buffer-mb", &f->write_buffer_mb, "RocksDB memtable size per partition, MiB");
+  fs->Int("write-buffer-mb", &f->write_buffer_mb, "RocksDB memtable size per partition on average, MiB (spread from 0.5x to 1.5x over the partitions, so they do not all flush at once)");
   fs->Bool("sync", &f->sync, "fsync the RocksDB WAL on every window (survives power loss, slower)");
   fs->Int("viewed-mb", &f->viewed_mb, "memory budget of the \"viewed\" Bloom filter tables, MiB, all partitions");
   fs->Int("inactive-days", &f->inactive_days,
