@@ -52,7 +52,10 @@ class CounterCache {
   // Stores v[0..n) for (kind, id) if `lease` is still held (no Invalidate
   // of the record, and no later lease of it, since Lookup granted it).
   void Fill(char kind, uint64_t id, const int64_t* v, int n, uint64_t lease);
-  // Drops (kind, id) and any lease on it. Call after the record changed.
+  // Drops (kind, id) and any lease on it. Call after the record changed,
+  // and after a BeginInvalidate() that follows the change: a commit calls
+  // BeginInvalidate() once after its write, then Invalidate() per record.
+  void BeginInvalidate();
   void Invalidate(char kind, uint64_t id);
   // Drops everything.
   void Clear();

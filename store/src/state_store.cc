@@ -322,6 +322,7 @@ Status Partition::Commit(PartitionBatch* batch) {
   // offsets, say) must not be seen beside a cached value from before it.
   // On a failed write nothing changed, and dropping entries is harmless.
   if (rep_->cache != nullptr) {
+    rep_->cache->BeginInvalidate();
     for (const auto& [kind, id] : batch->rep_->counters) rep_->cache->Invalidate(kind, id);
     if (batch->rep_->red_dots) rep_->cache->InvalidateRedDots();
   }
