@@ -36,6 +36,9 @@ void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->String("state-dir", &f->state_dir, "state directory (RocksDB per partition)");
   fs->Int("block-cache-mb", &f->block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
   fs->Int("write-buffer-mb", &f->write_buffer_mb, "RocksDB memtable size per partition on average, MiB (spread from 0.5x to 1.5x over the partitions, so they do not all flush at once)");
+  fs->String("memtable", &f->memtable,
+             "how a memtable keeps its entries: sorted-runs (appends a window's sorted records) or "
+             "skiplist (RocksDB's default)");
   fs->Bool("sync", &f->sync, "fsync the RocksDB WAL on every window (survives power loss, slower)");
   fs->Int("viewed-mb", &f->viewed_mb, "memory budget of the \"viewed\" Bloom filter tables, MiB, all partitions");
   fs->Int("inactive-days", &f->inactive_days,
@@ -195,6 +198,14 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
   o.partitions = partitions;
   o.block_cache_bytes = static_cast<uint64_t>(std::max<int64_t>(f.block_cache_mb, 1)) << 20;
   o.write_buffer_bytes = static_cast<uint64_t>(std::max<int64_t>(f.write_buffer_mb, 1)) << 20;
+  if (f.memtable == "sorted-runs") {
+    o.memtable = store::StoreOptions::Memtable::kSortedRuns;
+  } else if (f.memtable == "skiplist") {
+    o.memtable = store::StoreOptions::Memtable::kSkipList;
+  } else {
+    return Status::InvalidArgument(
+        fmt::format("--memtable {}: expected sorted-runs or skiplist", f.memtable));
+  }
   o.read_only = read_only;
   o.read_cache_bytes =
       read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;

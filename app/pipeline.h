@@ -26,6 +26,7 @@ struct CommonFlags {
   int64_t partitions = 16;
   int64_t block_cache_mb = 256;
   int64_t write_buffer_mb = 8;
+  std::string memtable = "sorted-runs";
   int64_t read_cache_mb = 0;  // counter read cache (tally up only: it serves HTTP from the writer)
   bool reset_offsets = false;
   bool sync = false;
@@ -39,8 +40,8 @@ struct CommonFlags {
 void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f);
 // Registers --input-topic and --group.
 void AddTopicFlags(base::FlagSet* fs, CommonFlags* f);
-// Registers --state-dir, --block-cache-mb, --write-buffer-mb, --sync,
-// --viewed-mb, --inactive-days.
+// Registers --state-dir, --block-cache-mb, --write-buffer-mb, --memtable,
+// --sync, --viewed-mb, --inactive-days.
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f);
 
 // Registers --auth-token and --auth-token-file (HTTP write endpoints).

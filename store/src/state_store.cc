@@ -26,6 +26,7 @@
 #include "counter_merge.h"
 #include "fault_file_system.h"
 #include "keys.h"
+#include "sorted_runs_rep.h"
 
 namespace tally::store {
 
@@ -511,6 +512,10 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // memtables that do not hold the key.
   db_options.memtable_whole_key_filtering = true;
   db_options.memtable_prefix_bloom_size_ratio = 0.05;
+  if (options.memtable == StoreOptions::Memtable::kSortedRuns) {
+    db_options.memtable_factory = std::make_shared<SortedRunsRepFactory>();
+    db_options.allow_concurrent_memtable_write = false;  // one writer a partition anyway
+  }
   db_options.compression = rocksdb::kLZ4Compression;
   db_options.bottommost_compression = rocksdb::kZSTD;
   db_options.env = rocksdb::Env::Default();

@@ -543,11 +543,12 @@ class Harness:
         log("tally serve (pid %d) healthy on :%d" % (p.pid, http_port))
         return p, client
 
-    def replay(self, brokers, state_dir, from_input=False, timeout=240, log_name="replay.log"):
+    def replay(self, brokers, state_dir, from_input=False, timeout=240, log_name="replay.log", extra_args=()):
         """Runs `tally replay` to completion; TestFailure unless it exits 0."""
         argv = [self.tally, "replay", "--brokers", brokers, "--state-dir", state_dir]
         if from_input:
             argv.append("--from-input")
+        argv += list(extra_args)
         p = self.spawn("tally replay", argv, log_name)
         t0 = time.monotonic()
         rc = p.wait(timeout)

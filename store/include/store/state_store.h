@@ -38,6 +38,10 @@ struct StoreOptions {
   uint32_t partitions = 16;  // 0: as recorded in an existing state directory
   uint64_t block_cache_bytes = 256ull << 20;  // shared by all partitions
   uint64_t write_buffer_bytes = 8ull << 20;   // memtable size per partition
+  // How a memtable keeps its entries: sorted runs (store/src/sorted_runs_rep.h,
+  // made for the applier's sorted windows) or RocksDB's skip list.
+  enum class Memtable { kSortedRuns, kSkipList };
+  Memtable memtable = Memtable::kSortedRuns;
   // Decoded post, user and unread counters read recently, in front of
   // RocksDB (store/src/counter_cache.h); 0: none. Writable stores only.
   uint64_t read_cache_bytes = 0;
