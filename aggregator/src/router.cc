@@ -122,32 +122,35 @@ struct Router::Rep {
 
   // librdkafka 2.0.2's fetcher stops once queued.min.messages (100,000) are
   // queued for the consumer and looks again only when its broker thread next
-  // wakes, up to a second later (rd_kafka_broker_consumer_serve). Through a
-  // backlog the router drains that queue in a quarter of the time and then
-  // starved, 0.4-0.8 s at a time. When the queue runs low while the broker
-  // still holds a backlog for the partition just routed, a watermark query (a
-  // request served by that partition leader's broker thread) wakes the
-  // fetcher. Later librdkafka releases fix this (fetch.queue.backoff.ms).
+  // wakes, up to a second later (rd_kafka_toppar_fetch_decide, then
+  // rd_kafka_broker_consumer_serve). Through a backlog the router drains
+  // that queue in a fifth of a second and then starved for the rest,
+  // including at the very end of a backlog (the last 30,000 records waited
+  // 0.8 s in one run of 1M). So once the queue has been near that bound,
+  // the router wakes the fetcher as soon as the queue runs low, with a
+  // watermark query (a request served by the partition leader's broker
+  // thread). A router that never gets near the bound (caught up) never
+  // asks. Later librdkafka releases fix this (fetch.queue.backoff.ms).
   rd_kafka_queue_t* consumer_queue = nullptr;  // owned by Run()
   uint32_t since_fetch_check = 0;
+  bool fetcher_may_sleep = false;
   int64_t last_fetch_poke_ms = 0;
 
   void KeepFetcherAwake(const rd_kafka_message_t* m) {
-    constexpr size_t kLowQueue = 20000;       // messages left to route
-    constexpr int64_t kBacklog = 10000;       // records the broker still holds for this partition
+    constexpr size_t kNearBound = 50000;  // half of queued.min.messages
+    constexpr size_t kLowQueue = 20000;   // messages left to route
     if (++since_fetch_check < 1024) return;
     since_fetch_check = 0;
-    if (rd_kafka_queue_length(consumer_queue) > kLowQueue) return;
-    int64_t low = 0, high = 0;
-    const char* topic = rd_kafka_topic_name(m->rkt);
-    if (rd_kafka_get_watermark_offsets(consumer.get(), topic, m->partition, &low, &high) ||
-        high - (m->offset + 1) < kBacklog) {
-      return;
-    }
+    const size_t queued = rd_kafka_queue_length(consumer_queue);
+    if (queued >= kNearBound) fetcher_may_sleep = true;
+    if (!fetcher_may_sleep || queued > kLowQueue) return;
     int64_t now = base::SteadyMs();
     if (now - last_fetch_poke_ms < 20) return;
     last_fetch_poke_ms = now;
-    rd_kafka_query_watermark_offsets(consumer.get(), topic, m->partition, &low, &high, 100);
+    fetcher_may_sleep = false;
+    int64_t low = 0, high = 0;
+    rd_kafka_query_watermark_offsets(consumer.get(), rd_kafka_topic_name(m->rkt), m->partition, &low, &high,
+                                     100);
   }
 
   // whole_topics: the partitions of each input topic being routed.
