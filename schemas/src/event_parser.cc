@@ -309,7 +309,7 @@ struct EventParser::Impl {
   bool SkipValue(od::value v, int depth);
   bool SkipObject(od::object o, int depth);
   // Sets *token to the number's text.
-  bool CheckNumberSyntax(od::value v, std::string_view* token);
+  bool CheckNumberSyntax(od::value v, std::string_view* token, internal::JsonNumber* kind);
   // Pushed keys [start, end) of one object: duplicates are fatal; pops them.
   bool CheckDuplicateKeys(size_t start);
 
@@ -341,12 +341,14 @@ struct EventParser::Impl {
   UnreadKind kind = UnreadKind::kMention;
 };
 
-bool EventParser::Impl::CheckNumberSyntax(od::value v, std::string_view* token) {
+bool EventParser::Impl::CheckNumberSyntax(od::value v, std::string_view* token,
+                                          internal::JsonNumber* kind) {
   // On-demand parsing never looks at a number it is not asked for, and
   // simdjson's own number parser also rejects valid numbers it cannot
   // represent (2^64, 1e400): the grammar is checked here, once.
   *token = internal::TrimTrailingJsonWhitespace(v.raw_json_token());
-  return internal::IsJsonNumber(*token) || Fail(Fatal::kMalformedNumber);
+  *kind = internal::ClassifyJsonNumber(*token);
+  return *kind != internal::JsonNumber::kInvalid || Fail(Fatal::kMalformedNumber);
 }
 
 bool EventParser::Impl::CheckDuplicateKeys(size_t start) {
@@ -403,7 +405,8 @@ bool EventParser::Impl::SkipValue(od::value v, int depth) {
     }
     case od::json_type::number: {
       std::string_view token;
-      return CheckNumberSyntax(v, &token);
+      internal::JsonNumber kind;
+      return CheckNumberSyntax(v, &token, &kind);
     }
     case od::json_type::boolean: {
       bool b;
@@ -427,7 +430,8 @@ bool EventParser::Impl::ReadInteger(od::value v, int depth, const IntRange& rang
     return SkipValue(v, depth);
   }
   std::string_view token;
-  if (!CheckNumberSyntax(v, &token)) return false;
+  internal::JsonNumber kind;
+  if (!CheckNumberSyntax(v, &token, &kind)) return false;
   // Dispatch on the text, as Python's json module does (int unless there is
   // a fraction or an exponent). Not get_number(): simdjson 3.0.1's returns 0
   // for a float with more than 19 significant digits ("9223372036854774784.0").
@@ -435,7 +439,17 @@ bool EventParser::Impl::ReadInteger(od::value v, int depth, const IntRange& rang
   // integer beyond 64 bits or a float beyond DBL_MAX (Python reads inf, which
   // is not an integer): out of range either way.
   uint64_t value = 0;
-  if (token.find_first_of(".eE") != std::string_view::npos) {
+  if (kind == internal::JsonNumber::kInteger) {
+    // Digits only, checked above: the value is read here, without a second
+    // pass by simdjson. Beyond 64 bits is out of range, as get_uint64 says.
+    for (char c : token) {
+      if (__builtin_mul_overflow(value, 10, &value) ||
+          __builtin_add_overflow(value, static_cast<uint64_t>(c - '0'), &value)) {
+        *problem = range.out_of_range;
+        return true;
+      }
+    }
+  } else if (kind == internal::JsonNumber::kOther) {
     // JSON Schema: 5.0 and 5e0 are integers. simdjson rounds correctly, as
     // Python's float() does, so both see the same double.
     double d = 0;
@@ -453,13 +467,7 @@ bool EventParser::Impl::ReadInteger(od::value v, int depth, const IntRange& rang
       return true;
     }
     value = static_cast<uint64_t>(d);  // -0.0 is 0, as in Python
-  } else if (token[0] == '-') {
-    int64_t i = 0;
-    if (v.get_int64().get(i) != simdjson::SUCCESS || i != 0) {  // "-0" is 0
-      *problem = range.out_of_range;
-      return true;
-    }
-  } else if (v.get_uint64().get(value) != simdjson::SUCCESS) {
+  } else if (token != "-0") {  // a negative integer; "-0" is 0
     *problem = range.out_of_range;
     return true;
   }

@@ -30,32 +30,34 @@ IdStringCheck ParseIdString(std::string_view s, uint64_t* out) {
   return IdStringCheck::kOk;
 }
 
-bool IsJsonNumber(std::string_view t) {
+JsonNumber ClassifyJsonNumber(std::string_view t) {
   size_t i = 0;
   const size_t n = t.size();
-  if (i < n && t[i] == '-') ++i;
-  if (i == n) return false;
+  const bool negative = i < n && t[i] == '-';
+  if (negative) ++i;
+  if (i == n) return JsonNumber::kInvalid;
   if (t[i] == '0') {
     ++i;
   } else if (t[i] >= '1' && t[i] <= '9') {
     while (i < n && IsDigit(t[i])) ++i;
   } else {
-    return false;
+    return JsonNumber::kInvalid;
   }
-  if (i < n && t[i] == '.') {
+  if (i == n) return negative ? JsonNumber::kNegativeInteger : JsonNumber::kInteger;
+  if (t[i] == '.') {
     ++i;
     const size_t start = i;
     while (i < n && IsDigit(t[i])) ++i;
-    if (i == start) return false;
+    if (i == start) return JsonNumber::kInvalid;
   }
   if (i < n && (t[i] == 'e' || t[i] == 'E')) {
     ++i;
     if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
     const size_t start = i;
     while (i < n && IsDigit(t[i])) ++i;
-    if (i == start) return false;
+    if (i == start) return JsonNumber::kInvalid;
   }
-  return i == n;
+  return i == n ? JsonNumber::kOther : JsonNumber::kInvalid;
 }
 
 std::string_view TrimTrailingJsonWhitespace(std::string_view s) {

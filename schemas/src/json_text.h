@@ -25,9 +25,21 @@ enum class IdStringCheck : uint8_t {
 // leaves it untouched.
 IdStringCheck ParseIdString(std::string_view s, uint64_t* out);
 
-// True if `token` is exactly one JSON number (RFC 8259 section 6):
+enum class JsonNumber : uint8_t {
+  kInvalid = 0,      // not exactly one JSON number
+  kInteger,          // digits only: 0|[1-9][0-9]*
+  kNegativeInteger,  // -(0|[1-9][0-9]*)
+  kOther,            // with a fraction or an exponent
+};
+
+// Classifies `token` against the JSON number grammar (RFC 8259 section 6):
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-bool IsJsonNumber(std::string_view token);
+JsonNumber ClassifyJsonNumber(std::string_view token);
+
+// True if `token` is exactly one JSON number.
+inline bool IsJsonNumber(std::string_view token) {
+  return ClassifyJsonNumber(token) != JsonNumber::kInvalid;
+}
 
 // Removes trailing JSON whitespace (space, tab, LF, CR).
 std::string_view TrimTrailingJsonWhitespace(std::string_view s);

@@ -41,6 +41,21 @@ TEST(IsJsonNumberTest, FollowsRfc8259) {
   }
 }
 
+TEST(ClassifyJsonNumberTest, TellsPlainIntegersFromTheRest) {
+  for (const char* i : {"0", "7", "10", "123456789012345678901234567890"}) {
+    EXPECT_EQ(ClassifyJsonNumber(i), JsonNumber::kInteger) << i;
+  }
+  for (const char* i : {"-0", "-7", "-123456789012345678901234567890"}) {
+    EXPECT_EQ(ClassifyJsonNumber(i), JsonNumber::kNegativeInteger) << i;
+  }
+  for (const char* o : {"1.5", "5.0", "1e3", "-1E-3", "0.0", "-0.0e0"}) {
+    EXPECT_EQ(ClassifyJsonNumber(o), JsonNumber::kOther) << o;
+  }
+  for (const char* bad : {"", "-", "01", "1.", "1e", "+1", "1 "}) {
+    EXPECT_EQ(ClassifyJsonNumber(bad), JsonNumber::kInvalid) << bad;
+  }
+}
+
 TEST(TrimTrailingJsonWhitespaceTest, TrimsOnlyJsonWhitespace) {
   EXPECT_EQ(TrimTrailingJsonWhitespace("1 \t\r\n"), "1");
   EXPECT_EQ(TrimTrailingJsonWhitespace("1\f"), "1\f");
