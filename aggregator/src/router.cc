@@ -149,8 +149,8 @@ struct Router::Rep {
     last_fetch_poke_ms = now;
     fetcher_may_sleep = false;
     int64_t low = 0, high = 0;
-    rd_kafka_query_watermark_offsets(consumer.get(), rd_kafka_topic_name(m->rkt), m->partition, &low, &high,
-                                     100);
+    rd_kafka_query_watermark_offsets(consumer.get(), rd_kafka_topic_name(m->rkt), m->partition,
+                                     &low, &high, 100);
   }
 
   // whole_topics: the partitions of each input topic being routed.

@@ -467,7 +467,8 @@ bool EventParser::Impl::ReadInteger(od::value v, int depth, const IntRange& rang
       return true;
     }
     value = static_cast<uint64_t>(d);  // -0.0 is 0, as in Python
-  } else if (token != "-0") {  // a negative integer; "-0" is 0
+  } else if (token != "-0") {
+    // A negative integer ("-0" is 0).
     *problem = range.out_of_range;
     return true;
   }
