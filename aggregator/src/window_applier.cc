@@ -179,15 +179,10 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
       viewed_dirty_ = true;
       for (size_t i = before; i < dropped_tables_.size(); i++) {
         // Pending bits of a dropped table would resurrect some of its chunks.
-        for (auto it = view_bits_.begin(); it != view_bits_.end();) {
-          if (it->first.first == dropped_tables_[i]) it = view_bits_.erase(it);
-          else ++it;
-        }
+        const uint32_t dropped = dropped_tables_[i];
+        std::erase_if(view_bits_, [dropped](const ViewBit& b) { return b.table_id == dropped; });
       }
-      if (probe.nbits > 0) {
-        auto& bits = view_bits_[{probe.table_id, probe.chunk}];
-        bits.insert(bits.end(), probe.bits, probe.bits + probe.nbits);
-      }
+      for (int i = 0; i < probe.nbits; i++) view_bits_.push_back({probe.table_id, probe.chunk, probe.bits[i]});
       break;
     }
   }
@@ -237,7 +232,17 @@ void WindowApplier::Seal() {
   for (const auto& [user, snap] : snapshots_) {
     batch_.PutFeedSnapshot(user, snap.first, snap.second.data(), snap.second.size());
   }
-  for (const auto& [k, bits] : view_bits_) batch_.SetViewBits(k.first, k.second, bits);
+  // One operand per chunk, its bits sorted and each once.
+  std::sort(view_bits_.begin(), view_bits_.end());
+  view_bits_.erase(std::unique(view_bits_.begin(), view_bits_.end()), view_bits_.end());
+  for (size_t i = 0; i < view_bits_.size();) {
+    const uint32_t table = view_bits_[i].table_id, chunk = view_bits_[i].chunk;
+    chunk_bits_.clear();
+    for (; i < view_bits_.size() && view_bits_[i].table_id == table && view_bits_[i].chunk == chunk; i++) {
+      chunk_bits_.push_back(view_bits_[i].bit);
+    }
+    batch_.SetViewBits(table, chunk, chunk_bits_);
+  }
   for (uint32_t t : dropped_tables_) batch_.DropViewTable(t);
   if (viewed_dirty_) batch_.PutViewedTables(viewed_);
   for (auto it = progress_.marks.begin(); it != progress_.marks.end();) {

@@ -32,6 +32,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -147,7 +148,22 @@ class WindowApplier {
   store::ViewedOptions viewed_options_;
   store::ViewedTables viewed_;
   bool viewed_dirty_ = false;
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint16_t>> view_bits_;
+  // "Viewed" bits set by the window, one entry per bit, grouped by (table,
+  // chunk) when sealed: a flat vector that keeps its capacity, where a map of
+  // vectors allocated twice per chunk per window.
+  struct ViewBit {
+    uint32_t table_id;
+    uint32_t chunk;
+    uint16_t bit;
+    bool operator<(const ViewBit& o) const {
+      return std::tie(table_id, chunk, bit) < std::tie(o.table_id, o.chunk, o.bit);
+    }
+    bool operator==(const ViewBit& o) const {
+      return table_id == o.table_id && chunk == o.chunk && bit == o.bit;
+    }
+  };
+  std::vector<ViewBit> view_bits_;
+  std::vector<uint16_t> chunk_bits_;  // Seal's scratch
   std::vector<uint32_t> dropped_tables_;
   schemas::DeltaBatchReader reader_;
   std::vector<schemas::Delta> decoded_;  // the batch being applied, reused
