@@ -182,7 +182,9 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
         const uint32_t dropped = dropped_tables_[i];
         std::erase_if(view_bits_, [dropped](const ViewBit& b) { return b.table_id == dropped; });
       }
-      for (int i = 0; i < probe.nbits; i++) view_bits_.push_back({probe.table_id, probe.chunk, probe.bits[i]});
+      for (int i = 0; i < probe.nbits; i++) {
+        view_bits_.push_back({probe.table_id, probe.chunk, probe.bits[i]});
+      }
       break;
     }
   }
@@ -238,7 +240,8 @@ void WindowApplier::Seal() {
   for (size_t i = 0; i < view_bits_.size();) {
     const uint32_t table = view_bits_[i].table_id, chunk = view_bits_[i].chunk;
     chunk_bits_.clear();
-    for (; i < view_bits_.size() && view_bits_[i].table_id == table && view_bits_[i].chunk == chunk; i++) {
+    for (; i < view_bits_.size() && view_bits_[i].table_id == table && view_bits_[i].chunk == chunk;
+         i++) {
       chunk_bits_.push_back(view_bits_[i].bit);
     }
     batch_.SetViewBits(table, chunk, chunk_bits_);
