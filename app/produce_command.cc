@@ -31,21 +31,29 @@ namespace {
 
 constexpr std::string_view kComponent = "produce";
 
-// Spaces records evenly at `rate` per second (0: no limit). Sleeps only when
-// ahead by more than a millisecond, so high rates do not pay a syscall each.
+// Spaces records at `rate` per second (0: no limit), as steps of at most
+// 2 ms worth of records: it reads the clock about 10,000 times a second and
+// sleeps when 2 ms ahead, so a high rate pays neither a clock read per record
+// nor a context switch per millisecond (at 335k events/s those were a fifth
+// of this command's CPU, which a benchmark on the same cores takes from the
+// system it measures). The producer's own linger (5 ms) batches coarser.
 class Pacer {
  public:
-  explicit Pacer(int64_t rate) : rate_(rate), start_(std::chrono::steady_clock::now()) {}
+  explicit Pacer(int64_t rate)
+      : rate_(rate),
+        check_every_(rate > 0 ? std::max<int64_t>(1, rate / 10000) : 1),
+        start_(std::chrono::steady_clock::now()) {}
   void Wait(uint64_t sent) {
-    if (rate_ <= 0) return;
+    if (rate_ <= 0 || sent % static_cast<uint64_t>(check_every_) != 0) return;
     auto due = start_ + std::chrono::nanoseconds(static_cast<int64_t>(
                             static_cast<double>(sent) * 1e9 / static_cast<double>(rate_)));
     auto ahead = due - std::chrono::steady_clock::now();
-    if (ahead > std::chrono::milliseconds(1)) std::this_thread::sleep_for(ahead);
+    if (ahead > std::chrono::milliseconds(2)) std::this_thread::sleep_for(ahead);
   }
 
  private:
   int64_t rate_;
+  int64_t check_every_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -53,10 +61,10 @@ class Pacer {
 // runs shorter than a second.
 class Progress {
  public:
-  // `rate` is the --rate limit: a paced run looks at the clock on every
-  // record (it is slow anyway), an unpaced one every 1024 records.
+  // `rate` is the --rate limit: a slow paced run looks at the clock on every
+  // record, a fast one (or an unpaced one) every 1024 records.
   Progress(uint64_t total, int64_t rate)
-      : total_(total), check_mask_(rate > 0 ? 0 : 1023), start_ms_(base::SteadyMs()) {
+      : total_(total), check_mask_(rate > 0 && rate < 10000 ? 0 : 1023), start_ms_(base::SteadyMs()) {
     last_ms_ = start_ms_;
   }
   void Tick(uint64_t done) {
