@@ -34,9 +34,9 @@ Status WindowApplier::Load() {
 }
 
 size_t WindowApplier::pending_keys() const {
-  return post_ops_.size() + user_ops_.size() + unread_ops_.size() + likes_.size() + follows_.size() +
-         notices_.size() + notice_reads_.size() + red_dots_.size() + user_red_dots_.size() + snapshots_.size() +
-         view_bits_.size();
+  return post_ops_.size() + user_ops_.size() + unread_ops_.size() + likes_.size() +
+         follows_.size() + notices_.size() + notice_reads_.size() + red_dots_.size() +
+         user_red_dots_.size() + snapshots_.size() + view_chunks_.size();
 }
 
 base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
@@ -179,11 +179,14 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
       viewed_dirty_ = true;
       for (size_t i = before; i < dropped_tables_.size(); i++) {
         // Pending bits of a dropped table would resurrect some of its chunks.
-        const uint32_t dropped = dropped_tables_[i];
-        std::erase_if(view_bits_, [dropped](const ViewBit& b) { return b.table_id == dropped; });
+        DropViewBitsOf(dropped_tables_[i]);
       }
-      for (int i = 0; i < probe.nbits; i++) {
-        view_bits_.push_back({probe.table_id, probe.chunk, probe.bits[i]});
+      if (probe.nbits > 0) {
+        uint32_t& last = view_chunks_[(uint64_t{probe.table_id} << 32) | probe.chunk];
+        for (int i = 0; i < probe.nbits; i++) {
+          view_bits_.push_back({probe.bits[i], last});
+          last = static_cast<uint32_t>(view_bits_.size());
+        }
       }
       break;
     }
@@ -234,17 +237,13 @@ void WindowApplier::Seal() {
   for (const auto& [user, snap] : snapshots_) {
     batch_.PutFeedSnapshot(user, snap.first, snap.second.data(), snap.second.size());
   }
-  // One operand per chunk, its bits sorted and each once.
-  std::sort(view_bits_.begin(), view_bits_.end());
-  view_bits_.erase(std::unique(view_bits_.begin(), view_bits_.end()), view_bits_.end());
-  for (size_t i = 0; i < view_bits_.size();) {
-    const uint32_t table = view_bits_[i].table_id, chunk = view_bits_[i].chunk;
+  view_chunks_.SortByKey();
+  for (const auto& [key, last] : view_chunks_) {
     chunk_bits_.clear();
-    for (; i < view_bits_.size() && view_bits_[i].table_id == table && view_bits_[i].chunk == chunk;
-         i++) {
-      chunk_bits_.push_back(view_bits_[i].bit);
+    for (uint32_t n = last; n != 0; n = view_bits_[n - 1].prev) {
+      chunk_bits_.push_back(view_bits_[n - 1].bit);
     }
-    batch_.SetViewBits(table, chunk, chunk_bits_);
+    batch_.SetViewBits(static_cast<uint32_t>(key >> 32), static_cast<uint32_t>(key), chunk_bits_);
   }
   for (uint32_t t : dropped_tables_) batch_.DropViewTable(t);
   if (viewed_dirty_) batch_.PutViewedTables(viewed_);
@@ -292,6 +291,17 @@ Status WindowApplier::RecoverFromFailedCommit() {
   return Status::Ok();
 }
 
+// Pending bits of a dropped table would resurrect some of its chunks. Rare
+// (a table is dropped when the budget rolls over): the chunk map is rebuilt.
+void WindowApplier::DropViewBitsOf(uint32_t table_id) {
+  std::vector<std::pair<uint64_t, uint32_t>> keep;
+  for (const auto& [key, last] : view_chunks_) {
+    if (static_cast<uint32_t>(key >> 32) != table_id) keep.emplace_back(key, last);
+  }
+  view_chunks_.clear();
+  for (const auto& [key, last] : keep) view_chunks_[key] = last;
+}
+
 void WindowApplier::ClearWindow() {
   post_ops_.clear();
   user_ops_.clear();
@@ -303,6 +313,7 @@ void WindowApplier::ClearWindow() {
   red_dots_.clear();
   user_red_dots_.clear();
   snapshots_.clear();
+  view_chunks_.clear();
   view_bits_.clear();
   dropped_tables_.clear();
   viewed_dirty_ = false;

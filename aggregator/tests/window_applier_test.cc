@@ -229,5 +229,38 @@ TEST_F(WindowApplierTest, CorruptBatchIsRejectedWholeButConsumed) {
   EXPECT_TRUE(wa->progress().marks.empty());
 }
 
+// "Viewed" tables roll by post id within a budget; when one is dropped in
+// the middle of a window, the views of the live tables all still read true
+// and the dropped table's posts read false (as the oldest views are
+// forgotten).
+TEST_F(WindowApplierTest, ATableDroppedInsideAWindowLeavesNothingBehind) {
+  store::ViewedOptions vo;
+  vo.budget_bytes = 4 * store::kViewChunkBytes;  // four one-chunk tables
+  auto wa = std::make_unique<WindowApplier>(store_->partition(0), "tally.deltas", 1, vo);
+  ASSERT_TRUE(wa->Load().ok());
+  std::vector<Delta> views;
+  for (uint64_t post = 1; post <= 20000; post++) {
+    Delta d;
+    d.op = DeltaOp::kViewMember;
+    d.entity = post;
+    d.member = 7;
+    d.source.offset = static_cast<int64_t>(post);
+    views.push_back(d);
+  }
+  ASSERT_TRUE(wa->ApplyBatch(Batch(views), 0, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  // Post 1's table was dropped.
+  auto first = store_->MaybeViewed(1, 7);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(*first);
+  int seen = 0;
+  for (uint64_t post = 19000; post <= 20000; post++) {
+    auto v = store_->MaybeViewed(post, 7);
+    ASSERT_TRUE(v.ok());
+    seen += *v ? 1 : 0;
+  }
+  EXPECT_EQ(seen, 1001) << "a view of a live table must never read false";
+}
+
 }  // namespace
 }  // namespace tally::aggregator

@@ -117,6 +117,7 @@ class WindowApplier {
 
   base::Result<bool> EdgeSet(bool like, uint64_t a, uint64_t b);
   void ClearWindow();
+  void DropViewBitsOf(uint32_t table_id);
   void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
                 std::vector<schemas::DeltaBatchBuilder>* derived, base::Status* st);
 
@@ -148,21 +149,17 @@ class WindowApplier {
   store::ViewedOptions viewed_options_;
   store::ViewedTables viewed_;
   bool viewed_dirty_ = false;
-  // "Viewed" bits set by the window, one entry per bit, grouped by (table,
-  // chunk) when sealed: a flat vector that keeps its capacity, where a map of
-  // vectors allocated twice per chunk per window.
-  struct ViewBit {
-    uint32_t table_id;
-    uint32_t chunk;
+  // "Viewed" bits set by the window, grouped by (table, chunk) without an
+  // allocation per chunk: the chunk's key (table << 32 | chunk) maps to the
+  // last of its bits in view_bits_, and each bit links to the one before it.
+  // A map of vectors allocated twice per chunk per window; sorting every bit
+  // at seal cost 2.5 % of tally up's CPU at a steady load.
+  struct ViewBitNode {
     uint16_t bit;
-    bool operator<(const ViewBit& o) const {
-      return std::tie(table_id, chunk, bit) < std::tie(o.table_id, o.chunk, o.bit);
-    }
-    bool operator==(const ViewBit& o) const {
-      return table_id == o.table_id && chunk == o.chunk && bit == o.bit;
-    }
+    uint32_t prev;  // index + 1 of the chunk's previous bit; 0: none
   };
-  std::vector<ViewBit> view_bits_;
+  WindowMap<uint64_t, uint32_t> view_chunks_;  // chunk -> index + 1 of its last bit
+  std::vector<ViewBitNode> view_bits_;
   std::vector<uint16_t> chunk_bits_;  // Seal's scratch
   std::vector<uint32_t> dropped_tables_;
   schemas::DeltaBatchReader reader_;
