@@ -13,41 +13,47 @@ PipelineRunner::PipelineRunner(PipelineOptions options, store::StateStore* store
 
 PipelineRunner::~PipelineRunner() { Stop(); }
 
-void PipelineRunner::Start() {
+// A stage that stops with an error stops the process: a restart resumes from
+// the committed offsets and the state's marks. Named threads, so `top -H`
+// and perf tell the stages apart.
+void PipelineRunner::Spawn(const char* name, std::function<base::Status()> run_stage) {
   running_.store(true);
-  // A stage that stops with an error stops the process: a restart resumes
-  // from the committed offsets and the state's marks.
-  // Named threads, so `top -H` and perf tell the stages apart.
-  auto spawn = [this](const char* name, auto run_stage) {
-    threads_.emplace_back([this, name, run_stage] {
-      pthread_setname_np(pthread_self(), name);
-      if (!run_stage().ok()) {
-        failed_.store(true);
-        base::RequestShutdown();
-      }
-    });
-  };
-  if (options_.run_router) {
-    spawn("tally-router", [this] {
-      aggregator::RouterOptions ro;
-      ro.kafka = options_.kafka;
-      ro.input_topics = options_.input_topics;
-      ro.group = options_.group;
-      ro.deltas_partitions = options_.deltas_partitions;
-      ro.whole_topics = options_.whole_topics;
-      return aggregator::Router(ro).Run(&stop_);
-    });
-  }
-  if (options_.run_applier) {
-    spawn("tally-applier", [this] {
-      aggregator::ApplierOptions ao;
-      ao.kafka = options_.kafka;
-      ao.group = options_.group;
-      ao.flush_ms = options_.flush_ms;
-      ao.key_budget = options_.key_budget;
-      return aggregator::Applier(ao, store_).Run(&stop_);
-    });
-  }
+  threads_.emplace_back([this, name, run_stage = std::move(run_stage)] {
+    pthread_setname_np(pthread_self(), name);
+    if (!run_stage().ok()) {
+      failed_.store(true);
+      base::RequestShutdown();
+    }
+  });
+}
+
+void PipelineRunner::Start() {
+  if (options_.run_router) StartRouter();
+  if (options_.run_applier) StartApplier(store_);
+}
+
+void PipelineRunner::StartRouter() {
+  Spawn("tally-router", [this] {
+    aggregator::RouterOptions ro;
+    ro.kafka = options_.kafka;
+    ro.input_topics = options_.input_topics;
+    ro.group = options_.group;
+    ro.deltas_partitions = options_.deltas_partitions;
+    ro.whole_topics = options_.whole_topics;
+    return aggregator::Router(ro).Run(&stop_);
+  });
+}
+
+void PipelineRunner::StartApplier(store::StateStore* store) {
+  store_ = store;
+  Spawn("tally-applier", [this] {
+    aggregator::ApplierOptions ao;
+    ao.kafka = options_.kafka;
+    ao.group = options_.group;
+    ao.flush_ms = options_.flush_ms;
+    ao.key_budget = options_.key_budget;
+    return aggregator::Applier(ao, store_).Run(&stop_);
+  });
 }
 
 void PipelineRunner::Stop() {

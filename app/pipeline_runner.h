@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,12 @@ class PipelineRunner {
 
   // Starts the threads. A thread that fails requests a process shutdown.
   void Start();
+  // Start() in two steps, for a caller that starts routing before the state
+  // is open (the router needs none): StartRouter() once, then
+  // StartApplier(store) once (`store` replaces the constructor's; it must
+  // outlive the runner).
+  void StartRouter();
+  void StartApplier(store::StateStore* store);
   // Stops and joins (the last window is applied). Idempotent.
   void Stop();
   // True if a stage stopped with an error.
@@ -46,6 +53,8 @@ class PipelineRunner {
   std::atomic<bool> failed_{false};
   std::atomic<bool> running_{false};
   std::vector<std::thread> threads_;
+
+  void Spawn(const char* name, std::function<base::Status()> run_stage);
 };
 
 }  // namespace tally::app

@@ -456,6 +456,13 @@ Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* c
 
 }  // namespace
 
+Result<std::string> StateStore::PeekRecordedCluster(const std::string& dir) {
+  uint32_t partitions = 0;
+  std::string cluster;
+  TALLY_RETURN_IF_ERROR(ReadMetaFile(dir, &partitions, &cluster));
+  return cluster;
+}
+
 Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options) {
   if (options.partitions > 4096) {
     return Status::InvalidArgument(fmt::format("partition count {} out of range 1..4096", options.partitions));

@@ -222,6 +222,10 @@ class StateStore {
 
   // The cluster identity recorded in TALLY ("" if none yet).
   std::string recorded_cluster() const;
+  // The cluster identity recorded in `dir`'s TALLY file without opening the
+  // state: "" if none is recorded yet; NotFound if there is no TALLY file;
+  // Corruption if it cannot be read.
+  static base::Result<std::string> PeekRecordedCluster(const std::string& dir);
   // Records `identity` in TALLY (atomically, by rename). Not for read_only.
   base::Status RecordCluster(const std::string& identity);
 
