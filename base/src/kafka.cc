@@ -212,6 +212,33 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
   if (!n.ok()) return n.status();
   std::vector<PartitionOffsets> out;
   std::string name(topic);
+  // Every partition's start, then every partition's end, each in one
+  // ListOffsets request per broker ("offsets for times" with the logical
+  // times -2 and -1), instead of two requests per partition: /v1/watermarks
+  // asks for two topics of 16 partitions, and polling it took 16 ms.
+  {
+    std::vector<PartitionOffsets> fast(static_cast<size_t>(*n));
+    bool ok = true;
+    for (int64_t logical : {int64_t{RD_KAFKA_OFFSET_BEGINNING}, int64_t{RD_KAFKA_OFFSET_END}}) {
+      rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(*n);
+      for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list, name.c_str(), p)->offset = logical;
+      rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk, list, timeout_ms);
+      for (int i = 0; ok && i < list->cnt; i++) {
+        const rd_kafka_topic_partition_t& e = list->elems[i];
+        if (err || e.err || e.offset < 0 || e.partition < 0 || e.partition >= *n) {
+          ok = false;
+        } else {
+          PartitionOffsets& po = fast[static_cast<size_t>(e.partition)];
+          po.partition = e.partition;
+          (logical == RD_KAFKA_OFFSET_BEGINNING ? po.low : po.high) = e.offset;
+        }
+      }
+      rd_kafka_topic_partition_list_destroy(list);
+      if (!ok) break;
+    }
+    if (ok) return fast;
+    // A broker that will not answer that way: one partition at a time.
+  }
   for (int p = 0; p < *n; p++) {
     PartitionOffsets po;
     po.partition = p;
