@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cassert>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -18,17 +19,30 @@ using rocksdb::MemTableRep;
 using rocksdb::Slice;
 
 // A run's slot: the entry (RocksDB's length-prefixed internal key and value,
-// in the memtable's arena) and the first 16 bytes of its user key, zero
-// padded, as two big-endian words. Comparing (hi, lo) as numbers orders user
-// keys as comparing them bytewise does, except for ties (equal first 16
-// bytes), which the full comparator settles: if the padded bytes differ
-// first at position i, either both keys have a byte there and it decides,
-// or the shorter key ended before i and is a prefix of the other.
+// in the memtable's arena), the first 16 bytes of its user key, zero padded,
+// as two big-endian words, and beside the entry's address (which fits in 48
+// bits on Linux) the user key's 17th byte and its length. Comparing the
+// padded bytes as numbers orders user keys as comparing them bytewise does
+// up to ties: if they differ first at position i, either both keys have a
+// byte there and it decides, or the shorter key ended before i and is a
+// prefix of the other. For user keys of up to 17 bytes (all of tally's
+// counters and edges) the slot holds the whole key, so ties of length say
+// which is the prefix, and equal keys are two versions of one record; only
+// then, or for longer keys, does a comparison read the entry.
 struct Slot {
   uint64_t hi;
   uint64_t lo;
-  const char* entry;
+  uint64_t tagged;  // bits 0-47 address, 48-55 user key byte 16, 56-63 its length (255: longer)
 };
+
+constexpr uint64_t kAddressMask = (uint64_t{1} << 48) - 1;
+constexpr uint32_t kWholeKeyBytes = 17;
+
+inline const char* EntryOf(const Slot& s) {
+  return reinterpret_cast<const char*>(s.tagged & kAddressMask);
+}
+inline uint32_t KeyLengthOf(const Slot& s) { return static_cast<uint32_t>(s.tagged >> 56); }
+inline uint32_t Byte16Of(const Slot& s) { return static_cast<uint32_t>(s.tagged >> 48) & 0xff; }
 
 inline uint64_t LoadBigEndian(const char* p, size_t n) {  // n <= 8
   unsigned char buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -38,9 +52,28 @@ inline uint64_t LoadBigEndian(const char* p, size_t n) {  // n <= 8
   return __builtin_bswap64(v);
 }
 
-inline void PrefixOfUserKey(const char* key, size_t n, uint64_t* hi, uint64_t* lo) {
-  *hi = LoadBigEndian(key, std::min<size_t>(n, 8));
-  *lo = n > 8 ? LoadBigEndian(key + 8, std::min<size_t>(n - 8, 8)) : 0;
+// The slot fields of a user key (the address bits left 0).
+inline void DescribeUserKey(const char* key, size_t n, Slot* s) {
+  s->hi = LoadBigEndian(key, std::min<size_t>(n, 8));
+  s->lo = n > 8 ? LoadBigEndian(key + 8, std::min<size_t>(n - 8, 8)) : 0;
+  const uint64_t byte16 = n > 16 ? static_cast<unsigned char>(key[16]) : 0;
+  s->tagged = (uint64_t{std::min<size_t>(n, 255)} << 56) | (byte16 << 48);
+}
+
+// The user key order of two slots as far as the slots alone tell: <0 or >0
+// when they settle it, 0 when the user keys are equal, kUnsettled when only
+// the entries can tell (a key longer than 17 bytes, tied on what the slots
+// hold).
+constexpr int kUnsettled = 2;
+inline int CompareUserKeys(const Slot& a, const Slot& b) {
+  if (a.hi != b.hi) return a.hi < b.hi ? -1 : 1;
+  if (a.lo != b.lo) return a.lo < b.lo ? -1 : 1;
+  const uint32_t la = KeyLengthOf(a), lb = KeyLengthOf(b);
+  if (la > kWholeKeyBytes || lb > kWholeKeyBytes) return kUnsettled;
+  const uint32_t ba = Byte16Of(a), bb = Byte16Of(b);
+  if (ba != bb) return ba < bb ? -1 : 1;
+  if (la != lb) return la < lb ? -1 : 1;  // the shorter is a prefix of the other
+  return 0;
 }
 
 // An entry starts with its internal key's length as a varint32; the
@@ -55,8 +88,12 @@ inline Slot SlotOf(const char* entry) {
   }
   assert(len >= 8);
   Slot s;
-  s.entry = entry;
-  PrefixOfUserKey(reinterpret_cast<const char*>(p), len - 8, &s.hi, &s.lo);
+  DescribeUserKey(reinterpret_cast<const char*>(p), len - 8, &s);
+  const uint64_t address = reinterpret_cast<uintptr_t>(entry);
+  // User-space addresses on Linux (x86-64, arm64) stay below 2^48 unless a
+  // program asks mmap for higher ones; RocksDB's arena does not.
+  if ((address & ~kAddressMask) != 0) std::abort();
+  s.tagged |= address;
   return s;
 }
 
@@ -136,7 +173,7 @@ class RunsIterator : public MemTableRep::Iterator {
   bool Valid() const override { return current_ >= 0; }
   const char* key() const override {
     assert(Valid());
-    return Current().entry;
+    return EntryOf(Current());
   }
   void Next() override;
   void Prev() override;
@@ -176,7 +213,7 @@ class SortedRunsRep : public MemTableRep {
     const Slot s = SlotOf(static_cast<const char*>(handle));
     if (open_ != nullptr) {
       const size_t n = open_->size();
-      if (n < open_->capacity() && Compare(open_->slots()[n - 1], s) < 0) {
+      if (n < open_->capacity() && Ascending(open_->slots()[n - 1], s)) {
         open_->Append(s);
         return;
       }
@@ -204,7 +241,7 @@ class SortedRunsRep : public MemTableRep {
       const Slot* it =
           std::lower_bound(slots, slots + n, target,
                            [this](const Slot& a, const Slot& b) { return Compare(a, b) < 0; });
-      if (it != slots + n && compare_(it->entry, key) == 0) return true;
+      if (it != slots + n && compare_(EntryOf(*it), key) == 0) return true;
     }
     return false;
   }
@@ -242,7 +279,7 @@ class SortedRunsRep : public MemTableRep {
       for (const auto& run : set->runs) {
         size_t n = run->size();
         if (k < n) {
-          entries->insert(run->slots()[k].entry);
+          entries->insert(EntryOf(run->slots()[k]));
           break;
         }
         k -= n;
@@ -256,15 +293,23 @@ class SortedRunsRep : public MemTableRep {
 
   // Orders slots as the memtable's comparator orders their entries.
   int Compare(const Slot& a, const Slot& b) const {
-    if (a.hi != b.hi) return a.hi < b.hi ? -1 : 1;
-    if (a.lo != b.lo) return a.lo < b.lo ? -1 : 1;
-    return compare_(a.entry, b.entry);
+    const int c = CompareUserKeys(a, b);
+    if (c == -1 || c == 1) return c;
+    return compare_(EntryOf(a), EntryOf(b));  // one key's versions, or unsettled
   }
-  // Orders a slot against an internal key whose prefix is (hi, lo).
-  int Compare(const Slot& a, uint64_t hi, uint64_t lo, const Slice& internal_key) const {
-    if (a.hi != hi) return a.hi < hi ? -1 : 1;
-    if (a.lo != lo) return a.lo < lo ? -1 : 1;
-    return compare_(a.entry, internal_key);
+  // Orders a slot against an internal key described by `key`.
+  int Compare(const Slot& a, const Slot& key, const Slice& internal_key) const {
+    const int c = CompareUserKeys(a, key);
+    if (c == -1 || c == 1) return c;
+    return compare_(EntryOf(a), internal_key);
+  }
+  // True if `next` sorts after `last`. A write's records get ever larger
+  // sequence numbers, which sort first within a user key: a second version
+  // of the same key never extends a run.
+  bool Ascending(const Slot& last, const Slot& next) const {
+    const int c = CompareUserKeys(last, next);
+    if (c == kUnsettled) return compare_(EntryOf(last), EntryOf(next)) < 0;
+    return c < 0;
   }
 
  private:
@@ -312,7 +357,13 @@ class SortedRunsRep : public MemTableRep {
     const Slot* pb = b.slots();
     Slot* po = out->mutable_slots();
     size_t i = 0, j = 0, k = 0;
-    while (i < na && j < nb) po[k++] = Compare(pa[i], pb[j]) < 0 ? pa[i++] : pb[j++];
+    // `a` is newer than `b`: every sequence number in it is larger, so of
+    // one user key's versions, a's sort first.
+    while (i < na && j < nb) {
+      int c = CompareUserKeys(pa[i], pb[j]);
+      if (c == kUnsettled) c = compare_(EntryOf(pa[i]), EntryOf(pb[j]));
+      po[k++] = c <= 0 ? pa[i++] : pb[j++];
+    }
     while (i < na) po[k++] = pa[i++];
     while (j < nb) po[k++] = pb[j++];
     out->Publish(k);
@@ -376,7 +427,7 @@ void RunsIterator::Next() {
   // order: a scan (a flush reads every entry) would miss the cache on each
   // one. Ask for one a few slots ahead.
   constexpr ptrdiff_t kPrefetchAhead = 8;
-  if (c.pos + kPrefetchAhead < c.n) __builtin_prefetch(c.slots[c.pos + kPrefetchAhead].entry);
+  if (c.pos + kPrefetchAhead < c.n) __builtin_prefetch(EntryOf(c.slots[c.pos + kPrefetchAhead]));
   FindSmallest();
 }
 
@@ -394,13 +445,13 @@ void RunsIterator::Prev() {
 
 void RunsIterator::Seek(const Slice& internal_key, const char* /*memtable_key*/) {
   assert(internal_key.size() >= 8);
-  uint64_t hi, lo;
-  PrefixOfUserKey(internal_key.data(), internal_key.size() - 8, &hi, &lo);
+  Slot key;
+  DescribeUserKey(internal_key.data(), internal_key.size() - 8, &key);
   for (int i = 0; i < ncursors_; i++) {
     Cursor& c = cursors_[i];
     // First entry >= internal_key.
     const Slot* it = std::partition_point(c.slots, c.slots + c.n, [&](const Slot& s) {
-      return rep_->Compare(s, hi, lo, internal_key) < 0;
+      return rep_->Compare(s, key, internal_key) < 0;
     });
     c.pos = it - c.slots;
   }
@@ -410,13 +461,13 @@ void RunsIterator::Seek(const Slice& internal_key, const char* /*memtable_key*/)
 
 void RunsIterator::SeekForPrev(const Slice& internal_key, const char* /*memtable_key*/) {
   assert(internal_key.size() >= 8);
-  uint64_t hi, lo;
-  PrefixOfUserKey(internal_key.data(), internal_key.size() - 8, &hi, &lo);
+  Slot key;
+  DescribeUserKey(internal_key.data(), internal_key.size() - 8, &key);
   for (int i = 0; i < ncursors_; i++) {
     Cursor& c = cursors_[i];
     // Last entry <= internal_key.
     const Slot* it = std::partition_point(c.slots, c.slots + c.n, [&](const Slot& s) {
-      return rep_->Compare(s, hi, lo, internal_key) <= 0;
+      return rep_->Compare(s, key, internal_key) <= 0;
     });
     c.pos = (it - c.slots) - 1;
   }
