@@ -2,7 +2,15 @@
 
 #include <fmt/core.h>
 
+#include <pthread.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "aggregator/event_router.h"
@@ -77,13 +85,169 @@ class ProgressMeter {
   int64_t start_, last_;
 };
 
-// Commits every partition's window, two partitions at a time.
-Status CommitAll(std::vector<std::unique_ptr<WindowApplier>>* appliers, CommitHelper* helper) {
-  std::vector<Status> results(appliers->size());
-  helper->Run(appliers->size(), [&](size_t i) { results[i] = (*appliers)[i]->Commit(); });
-  for (auto& st : results) TALLY_RETURN_IF_ERROR(st);
-  return Status::Ok();
-}
+// Writes the partitions' windows on two helper threads while the replay
+// thread applies the next ones, as the live applier does: Seal() starts the
+// write of every dirty window, Finish() waits for it.
+class PipelinedCommits {
+ public:
+  explicit PipelinedCommits(std::vector<std::unique_ptr<WindowApplier>>* appliers) : appliers_(appliers) {}
+  ~PipelinedCommits() { (void)Finish(); }
+
+  bool busy() { return !committing_.empty() && helper_.Busy(); }
+
+  // Waits for the windows being written; the first error, if any.
+  Status Finish() {
+    if (committing_.empty()) return Status::Ok();
+    helper_.Wait();
+    Status first = Status::Ok();
+    for (size_t i = 0; i < committing_.size(); i++) {
+      if (results_[i].ok()) {
+        (*appliers_)[committing_[i]]->FinishCommit();
+      } else if (first.ok()) {
+        first = results_[i];
+      }
+    }
+    committing_.clear();
+    return first;
+  }
+
+  // Finishes the last writes, then seals every dirty window and starts
+  // writing them.
+  Status Seal() {
+    TALLY_RETURN_IF_ERROR(Finish());
+    for (size_t i = 0; i < appliers_->size(); i++) {
+      if (!(*appliers_)[i]->window_dirty()) continue;
+      (*appliers_)[i]->Seal();
+      committing_.push_back(i);
+    }
+    if (committing_.empty()) return Status::Ok();
+    results_.assign(committing_.size(), Status::Ok());
+    helper_.Start(committing_.size(),
+                  [this](size_t k) { results_[k] = (*appliers_)[committing_[k]]->CommitSealed(); });
+    return Status::Ok();
+  }
+
+  // Everything applied so far, written.
+  Status All() {
+    TALLY_RETURN_IF_ERROR(Seal());
+    return Finish();
+  }
+
+ private:
+  std::vector<std::unique_ptr<WindowApplier>>* appliers_;
+  CommitHelper helper_{2};
+  std::vector<size_t> committing_;
+  std::vector<Status> results_;
+};
+
+// A rebuild from tally.deltas derives nothing, so its partitions are
+// independent: kWorkers threads apply them (partition p on worker p %
+// kWorkers), each writing its own partitions' windows, while the calling
+// thread only reads the log and hands each message on.
+class ParallelApply {
+ public:
+  static constexpr size_t kWorkers = 2;
+  static constexpr size_t kMaxQueued = 64;  // messages a worker may have waiting
+
+  ParallelApply(std::vector<std::unique_ptr<WindowApplier>>* appliers, int commit_every_ms)
+      : appliers_(appliers), commit_every_ms_(commit_every_ms) {
+    for (size_t w = 0; w < kWorkers; w++) {
+      workers_.push_back(std::make_unique<Worker>());
+      workers_.back()->thread = std::thread([this, w] { Run(w); });
+    }
+  }
+  ~ParallelApply() { (void)Finish(); }
+
+  // Hands `m` (a record of partition m->partition) to its worker, waiting
+  // while that worker has kMaxQueued waiting. False once a worker failed.
+  bool Add(base::KafkaMessage m) {
+    Worker& w = *workers_[static_cast<size_t>(m->partition) % kWorkers];
+    std::unique_lock<std::mutex> l(w.mu);
+    w.cv.wait(l, [&] { return w.queue.size() < kMaxQueued || !w.status.ok(); });
+    if (!w.status.ok()) return false;
+    w.queue.push_back(std::move(m));
+    w.cv.notify_all();
+    return true;
+  }
+
+  // Applies and writes everything handed on, stops the workers, and
+  // returns the first error.
+  Status Finish() {
+    for (auto& w : workers_) {
+      {
+        std::lock_guard<std::mutex> l(w->mu);
+        w->done = true;
+      }
+      w->cv.notify_all();
+    }
+    Status first = Status::Ok();
+    for (auto& w : workers_) {
+      if (w->thread.joinable()) w->thread.join();
+      if (first.ok() && !w->status.ok()) first = w->status;
+    }
+    return first;
+  }
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<base::KafkaMessage> queue;
+    bool done = false;
+    Status status = Status::Ok();
+    std::thread thread;
+  };
+
+  Status CommitMine(size_t w) {
+    for (size_t p = w; p < appliers_->size(); p += kWorkers) TALLY_RETURN_IF_ERROR((*appliers_)[p]->Commit());
+    return Status::Ok();
+  }
+
+  void Run(size_t index) {
+    pthread_setname_np(pthread_self(), "tally-replay");
+    store::DisablePerfCounters();
+    Worker& w = *workers_[index];
+    std::deque<base::KafkaMessage> batch;
+    int64_t last_commit = base::SteadyMs();
+    Status st = Status::Ok();
+    for (;;) {
+      bool done = false;
+      {
+        std::unique_lock<std::mutex> l(w.mu);
+        w.cv.wait_for(l, std::chrono::milliseconds(commit_every_ms_),
+                      [&] { return !w.queue.empty() || w.done; });
+        batch.swap(w.queue);
+        done = w.done && batch.empty();
+      }
+      w.cv.notify_all();  // room for the reader
+      if (done) break;
+      for (auto& m : batch) {
+        std::string_view value(static_cast<const char*>(m->payload ? m->payload : ""), m->len);
+        Status s = (*appliers_)[static_cast<size_t>(m->partition)]->ApplyBatch(value, m->offset, nullptr);
+        if (s.code() == base::StatusCode::kCorruption) {
+          TALLY_LOG_ERROR(kLog, "skipping undecodable message: {}", s.message());
+        } else if (!s.ok()) {
+          st = s;
+          break;
+        }
+      }
+      batch.clear();
+      if (st.ok() && base::SteadyMs() - last_commit >= commit_every_ms_) {
+        st = CommitMine(index);
+        last_commit = base::SteadyMs();
+      }
+      if (!st.ok()) break;
+    }
+    if (st.ok()) st = CommitMine(index);
+    std::lock_guard<std::mutex> l(w.mu);
+    w.status = st;
+    w.cv.notify_all();
+  }
+
+  std::vector<std::unique_ptr<WindowApplier>>* appliers_;
+  const int commit_every_ms_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
 
 }  // namespace
 
@@ -125,7 +289,6 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
                                                   targets.size(), nparts));
   }
   std::vector<std::unique_ptr<WindowApplier>> appliers;
-  CommitHelper commit_helper;
   for (uint32_t p = 0; p < nparts; p++) {
     appliers.push_back(
         std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts, store->options().viewed));
@@ -175,10 +338,14 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
     return Status::Ok();
   };
 
+  PipelinedCommits commits(&appliers);
+  std::optional<ParallelApply> parallel;
+  if (!o.from_input) parallel.emplace(&appliers, o.commit_every_ms);
   int64_t last_commit = base::SteadyMs();
   while (!remaining_end.empty()) {
     if (stop->load()) {
-      TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
+      if (parallel) TALLY_RETURN_IF_ERROR(parallel->Finish());
+      TALLY_RETURN_IF_ERROR(commits.All());
       return Status::Aborted("replay interrupted; the state directory holds a partial rebuild");
     }
     base::KafkaMessage m(rd_kafka_consumer_poll(consumer.get(), 100));
@@ -206,24 +373,26 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
             }
             TALLY_RETURN_IF_ERROR(drain());
           } else {
-            Status st = appliers[m->partition]->ApplyBatch(value, m->offset, nullptr);
-            if (st.code() == base::StatusCode::kCorruption) {
-              TALLY_LOG_ERROR(kLog, "skipping undecodable message: {}", st.message());
-            } else if (!st.ok()) {
-              return st;
-            }
+            const bool last = m->offset + 1 >= it->second;
+            if (!parallel->Add(std::move(m))) return parallel->Finish();
+            if (last) remaining_end.erase(it);
+            meter.Add(1);
+            continue;
           }
           meter.Add(1);
           if (m->offset + 1 >= it->second) remaining_end.erase(it);
         }
       }
     }
-    if (base::SteadyMs() - last_commit >= o.commit_every_ms) {
-      TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
+    // A window ends every commit_every_ms, or later while the last one is
+    // still being written (it grows meanwhile).
+    if (!parallel && base::SteadyMs() - last_commit >= o.commit_every_ms && !commits.busy()) {
+      TALLY_RETURN_IF_ERROR(commits.Seal());
       last_commit = base::SteadyMs();
     }
   }
-  TALLY_RETURN_IF_ERROR(CommitAll(&appliers, &commit_helper));
+  if (parallel) TALLY_RETURN_IF_ERROR(parallel->Finish());
+  TALLY_RETURN_IF_ERROR(commits.All());
   meter.Add(0, /*force=*/true);
   rd_kafka_assign(consumer.get(), nullptr);
   rd_kafka_destroy_flags(consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);

@@ -36,7 +36,7 @@ struct ReplayOptions {
   std::vector<std::string> input_topics = {"tally.events"};
   bool from_input = false;
   bool allow_partial = false;  // accept logs that no longer start at offset 0
-  int commit_every_ms = 500;
+  int commit_every_ms = 100;
   // Called about once a second, and once at the end. May be empty.
   std::function<void(const ReplayProgress&)> on_progress;
 };
