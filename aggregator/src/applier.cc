@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "aggregator/window_applier.h"
-#include "commit_helper.h"
+#include "sealed_window_writer.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -29,12 +29,6 @@ struct Applier::Rep {
   base::KafkaTopic deltas_rkt;  // destroyed before the producer
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
-  // Two writers: each partition is its own RocksDB, so two memtables fill at
-  // once while this thread applies the next window.
-  CommitHelper commit_helper{2};
-  // The sealed windows the helper is writing, and how each write ended.
-  std::vector<std::pair<int32_t, WindowApplier*>> committing;
-  std::vector<Status> commit_results;
   // Set while a failing write is being reported: a failing disk fails every
   // partition the helpers are writing, and the log says so once.
   std::atomic<bool> failure_reported{false};
@@ -49,6 +43,11 @@ struct Applier::Rep {
   base::Counter* windows_total;
   base::Counter* corrupt_total;
   base::Histogram* commit_seconds;
+
+  // Writes sealed windows on two helper threads while this thread applies
+  // the next ones (CommitWindow, with its retries). Last: it is destroyed
+  // first, waiting for its helpers before what they use goes.
+  SealedWindowWriter writer{[this](int32_t p, WindowApplier* wa) { return CommitWindow(p, wa); }};
 
   Rep(ApplierOptions opts, store::StateStore* s) : o(std::move(opts)), store(s) {
     derived.resize(store->partitions());
@@ -104,26 +103,13 @@ struct Applier::Rep {
     return n;
   }
 
-  // True while the helper is still writing the last sealed windows.
-  bool CommitBusy() { return !committing.empty() && commit_helper.Busy(); }
+  // True while the helpers are still writing the last sealed windows.
+  bool CommitBusy() { return writer.Busy(); }
 
   // Waits for the sealed windows to be written. Their appliers may seal
   // again afterwards. The first write error, if any (CommitWindow retries
   // until it succeeds or we are told to stop).
-  Status FinishCommits() {
-    if (committing.empty()) return Status::Ok();
-    commit_helper.Wait();
-    Status first = Status::Ok();
-    for (size_t i = 0; i < committing.size(); i++) {
-      if (commit_results[i].ok()) {
-        committing[i].second->FinishCommit();
-      } else if (first.ok()) {
-        first = commit_results[i];
-      }
-    }
-    committing.clear();
-    return first;
-  }
+  Status FinishCommits() { return writer.Finish(); }
 
   // Ends the window: waits for the previous one to be written, has the
   // derived deltas acknowledged, then seals every partition's window and
@@ -165,21 +151,14 @@ struct Applier::Rep {
     }
     for (auto& [p, wa] : owned) {
       if (!wa->window_dirty()) continue;
-      wa->Seal();
-      committing.emplace_back(p, wa.get());
+      writer.Seal(p, wa.get());
     }
     for (auto& [p, wa] : owned) {
       WindowStats ws = wa->TakeStats();
       applied_total->Inc(ws.applied);
       duplicates_total->Inc(ws.duplicates);
     }
-    if (committing.empty()) return Status::Ok();
-    // Partitions are independent (each has its own offsets), so one that
-    // cannot commit does not hold the others back.
-    commit_results.assign(committing.size(), Status::Ok());
-    commit_helper.Start(committing.size(), [this](size_t i) {
-      commit_results[i] = CommitWindow(committing[i].first, committing[i].second);
-    });
+    writer.Start();
     return Status::Ok();
   }
 

@@ -16,7 +16,7 @@
 #include "aggregator/event_router.h"
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
-#include "commit_helper.h"
+#include "sealed_window_writer.h"
 #include "base/log.h"
 #include "schemas/event.h"
 
@@ -85,60 +85,21 @@ class ProgressMeter {
   int64_t start_, last_;
 };
 
-// Writes the partitions' windows on two helper threads while the replay
-// thread applies the next ones, as the live applier does: Seal() starts the
-// write of every dirty window, Finish() waits for it.
-class PipelinedCommits {
- public:
-  explicit PipelinedCommits(std::vector<std::unique_ptr<WindowApplier>>* appliers) : appliers_(appliers) {}
-  ~PipelinedCommits() { (void)Finish(); }
-
-  bool busy() { return !committing_.empty() && helper_.Busy(); }
-
-  // Waits for the windows being written; the first error, if any.
-  Status Finish() {
-    if (committing_.empty()) return Status::Ok();
-    helper_.Wait();
-    Status first = Status::Ok();
-    for (size_t i = 0; i < committing_.size(); i++) {
-      if (results_[i].ok()) {
-        (*appliers_)[committing_[i]]->FinishCommit();
-      } else if (first.ok()) {
-        first = results_[i];
-      }
-    }
-    committing_.clear();
-    return first;
+// Seals every dirty window and starts writing them (after the last ones).
+Status SealAll(std::vector<std::unique_ptr<WindowApplier>>* appliers, SealedWindowWriter* writer) {
+  TALLY_RETURN_IF_ERROR(writer->Finish());
+  for (size_t i = 0; i < appliers->size(); i++) {
+    if ((*appliers)[i]->window_dirty()) writer->Seal(static_cast<int32_t>(i), (*appliers)[i].get());
   }
+  writer->Start();
+  return Status::Ok();
+}
 
-  // Finishes the last writes, then seals every dirty window and starts
-  // writing them.
-  Status Seal() {
-    TALLY_RETURN_IF_ERROR(Finish());
-    for (size_t i = 0; i < appliers_->size(); i++) {
-      if (!(*appliers_)[i]->window_dirty()) continue;
-      (*appliers_)[i]->Seal();
-      committing_.push_back(i);
-    }
-    if (committing_.empty()) return Status::Ok();
-    results_.assign(committing_.size(), Status::Ok());
-    helper_.Start(committing_.size(),
-                  [this](size_t k) { results_[k] = (*appliers_)[committing_[k]]->CommitSealed(); });
-    return Status::Ok();
-  }
-
-  // Everything applied so far, written.
-  Status All() {
-    TALLY_RETURN_IF_ERROR(Seal());
-    return Finish();
-  }
-
- private:
-  std::vector<std::unique_ptr<WindowApplier>>* appliers_;
-  CommitHelper helper_{2};
-  std::vector<size_t> committing_;
-  std::vector<Status> results_;
-};
+// Everything applied so far, written.
+Status WriteAll(std::vector<std::unique_ptr<WindowApplier>>* appliers, SealedWindowWriter* writer) {
+  TALLY_RETURN_IF_ERROR(SealAll(appliers, writer));
+  return writer->Finish();
+}
 
 // A rebuild from tally.deltas derives nothing, so its partitions are
 // independent: kWorkers threads apply them (partition p on worker p %
@@ -338,14 +299,16 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
     return Status::Ok();
   };
 
-  PipelinedCommits commits(&appliers);
+  // --from-input: windows are written on two helpers while this thread
+  // routes and applies the next ones.
+  SealedWindowWriter writer([](int32_t, WindowApplier* wa) { return wa->CommitSealed(); });
   std::optional<ParallelApply> parallel;
   if (!o.from_input) parallel.emplace(&appliers, o.commit_every_ms);
   int64_t last_commit = base::SteadyMs();
   while (!remaining_end.empty()) {
     if (stop->load()) {
       if (parallel) TALLY_RETURN_IF_ERROR(parallel->Finish());
-      TALLY_RETURN_IF_ERROR(commits.All());
+      TALLY_RETURN_IF_ERROR(WriteAll(&appliers, &writer));
       return Status::Aborted("replay interrupted; the state directory holds a partial rebuild");
     }
     base::KafkaMessage m(rd_kafka_consumer_poll(consumer.get(), 100));
@@ -386,13 +349,13 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
     }
     // A window ends every commit_every_ms, or later while the last one is
     // still being written (it grows meanwhile).
-    if (!parallel && base::SteadyMs() - last_commit >= o.commit_every_ms && !commits.busy()) {
-      TALLY_RETURN_IF_ERROR(commits.Seal());
+    if (!parallel && base::SteadyMs() - last_commit >= o.commit_every_ms && !writer.Busy()) {
+      TALLY_RETURN_IF_ERROR(SealAll(&appliers, &writer));
       last_commit = base::SteadyMs();
     }
   }
   if (parallel) TALLY_RETURN_IF_ERROR(parallel->Finish());
-  TALLY_RETURN_IF_ERROR(commits.All());
+  TALLY_RETURN_IF_ERROR(WriteAll(&appliers, &writer));
   meter.Add(0, /*force=*/true);
   rd_kafka_assign(consumer.get(), nullptr);
   rd_kafka_destroy_flags(consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);

@@ -191,6 +191,7 @@ class RunsIterator : public MemTableRep::Iterator {
   const Slot& Current() const { return cursors_[current_].slots[cursors_[current_].pos]; }
   void FindSmallest();
   void FindLargest();
+  void PositionAll(const Slice& internal_key, bool at_or_after);
 
   SortedRunsRep* const rep_;
   const std::shared_ptr<const RunSet> set_;
@@ -443,34 +444,30 @@ void RunsIterator::Prev() {
   FindLargest();
 }
 
-void RunsIterator::Seek(const Slice& internal_key, const char* /*memtable_key*/) {
+// Puts every cursor on its first entry >= internal_key (at_or_after), or on
+// its last entry <= internal_key.
+void RunsIterator::PositionAll(const Slice& internal_key, bool at_or_after) {
   assert(internal_key.size() >= 8);
   Slot key;
   DescribeUserKey(internal_key.data(), internal_key.size() - 8, &key);
   for (int i = 0; i < ncursors_; i++) {
     Cursor& c = cursors_[i];
-    // First entry >= internal_key.
     const Slot* it = std::partition_point(c.slots, c.slots + c.n, [&](const Slot& s) {
-      return rep_->Compare(s, key, internal_key) < 0;
+      const int cmp = rep_->Compare(s, key, internal_key);
+      return at_or_after ? cmp < 0 : cmp <= 0;
     });
-    c.pos = it - c.slots;
+    c.pos = (it - c.slots) - (at_or_after ? 0 : 1);
   }
+}
+
+void RunsIterator::Seek(const Slice& internal_key, const char* /*memtable_key*/) {
+  PositionAll(internal_key, /*at_or_after=*/true);
   forward_ = true;
   FindSmallest();
 }
 
 void RunsIterator::SeekForPrev(const Slice& internal_key, const char* /*memtable_key*/) {
-  assert(internal_key.size() >= 8);
-  Slot key;
-  DescribeUserKey(internal_key.data(), internal_key.size() - 8, &key);
-  for (int i = 0; i < ncursors_; i++) {
-    Cursor& c = cursors_[i];
-    // Last entry <= internal_key.
-    const Slot* it = std::partition_point(c.slots, c.slots + c.n, [&](const Slot& s) {
-      return rep_->Compare(s, key, internal_key) <= 0;
-    });
-    c.pos = (it - c.slots) - 1;
-  }
+  PositionAll(internal_key, /*at_or_after=*/false);
   forward_ = false;
   FindLargest();
 }

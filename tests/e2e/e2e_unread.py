@@ -217,25 +217,21 @@ def main():
         paths += ["/v1/posts/%d/views/%d" % p for p in sorted(model.viewed)[:300]]
         paths += ["/v1/users/%d/counts" % u for u in USERS]
         live = answers(client, paths)
-        h.replay(brokers, h.path("replayed"))
-        serve, rclient = h.start_serve(None, h.path("replayed"), tallyctl.free_port())
-        rebuilt = answers(rclient, paths)
-        diff = [p for p in paths if live[p] != rebuilt[p]]
-        h.check(not diff, "replayed answers differ from live ones at %d paths, e.g. %s: live %s replayed %s" % (
-            len(diff), diff[:1], live[diff[0]] if diff else "", rebuilt[diff[0]] if diff else ""))
-        h.checkpoint("replay equals live on %d answers" % len(paths))
-        serve.stop()
+
+        def check_replay(name, extra_args, what):
+            h.replay(brokers, h.path(name), log_name=name + ".log", extra_args=extra_args)
+            serve, rclient = h.start_serve(None, h.path(name), tallyctl.free_port())
+            rebuilt = answers(rclient, paths)
+            diff = [p for p in paths if live[p] != rebuilt[p]]
+            h.check(not diff, "%s differs from live at %d paths, e.g. %s: live %s replayed %s" % (
+                what, len(diff), diff[:1], live[diff[0]] if diff else "", rebuilt[diff[0]] if diff else ""))
+            h.checkpoint("%s equals live on %d answers" % (what, len(paths)))
+            serve.stop()
+
+        check_replay("replayed", [], "replay")
         # The memtables are interchangeable: RocksDB's skip list rebuilds the
         # same state as the sorted runs the live one used.
-        h.replay(brokers, h.path("replayed-skiplist"), log_name="replay-skiplist.log",
-                 extra_args=["--memtable", "skiplist"])
-        serve, rclient = h.start_serve(None, h.path("replayed-skiplist"), tallyctl.free_port())
-        rebuilt = answers(rclient, paths)
-        diff = [p for p in paths if live[p] != rebuilt[p]]
-        h.check(not diff, "a replay through the skip list differs from live at %d paths, e.g. %s: live %s replayed %s" % (
-            len(diff), diff[:1], live[diff[0]] if diff else "", rebuilt[diff[0]] if diff else ""))
-        h.checkpoint("replay through RocksDB's skip list equals live on %d answers" % len(paths))
-        serve.stop()
+        check_replay("replayed-skiplist", ["--memtable", "skiplist"], "a replay through RocksDB's skip list")
         rc, clean = up.stop(grace=30)
         h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
         h.finish_checks("e2e_unread")
