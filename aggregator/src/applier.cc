@@ -8,10 +8,10 @@
 #include <thread>
 
 #include "aggregator/window_applier.h"
-#include "sealed_window_writer.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "sealed_window_writer.h"
 
 namespace tally::aggregator {
 

@@ -1,7 +1,6 @@
 #include "aggregator/replay.h"
 
 #include <fmt/core.h>
-
 #include <pthread.h>
 
 #include <chrono>
@@ -16,9 +15,9 @@
 #include "aggregator/event_router.h"
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
-#include "sealed_window_writer.h"
 #include "base/log.h"
 #include "schemas/event.h"
+#include "sealed_window_writer.h"
 
 namespace tally::aggregator {
 

@@ -66,8 +66,9 @@ class SealedWindowWriter {
   void Start() {
     if (writing_.empty()) return;
     results_.assign(writing_.size(), base::Status::Ok());
-    helper_.Start(writing_.size(),
-                  [this](size_t i) { results_[i] = write_(writing_[i].first, writing_[i].second); });
+    helper_.Start(writing_.size(), [this](size_t i) {
+      results_[i] = write_(writing_[i].first, writing_[i].second);
+    });
   }
 
  private:
