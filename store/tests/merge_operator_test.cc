@@ -38,7 +38,9 @@ TEST(MergeOperatorTest, CountersMatchSequentialApplicationAcrossFlushesAndCompac
       m[f] = ops[f].Apply(m[f]);
     }
     ASSERT_TRUE(store->partition(0)->Commit(&b).ok());
-    if (round == 200) ASSERT_TRUE(store->CompactAll().ok());
+    if (round == 200) {
+      ASSERT_TRUE(store->CompactAll().ok());
+    }
   }
   auto check = [&] {
     for (const auto& [post, m] : model) {
