@@ -38,6 +38,15 @@ struct Applier::Rep {
   std::mutex failure_mu;
   std::string first_failure;
 
+  // Derived deltas of the windows being written that the broker has not yet
+  // acknowledged: the first helper to write one of those windows waits for
+  // them (holding derived_wait_mu, so the other waits too), and no window is
+  // written before they are acknowledged. Set by FlushAll, which runs only
+  // after the helpers are done.
+  std::mutex derived_wait_mu;
+  bool derived_pending = false;  // guarded by derived_wait_mu
+  Status derived_status;         // guarded by derived_wait_mu
+
   base::Counter* applied_total;
   base::Counter* duplicates_total;
   base::Counter* windows_total;
@@ -111,12 +120,15 @@ struct Applier::Rep {
   // until it succeeds or we are told to stop).
   Status FinishCommits() { return writer.Finish(); }
 
-  // Ends the window: waits for the previous one to be written, has the
-  // derived deltas acknowledged, then seals every partition's window and
-  // hands them to the helper thread, which writes them while this thread
-  // applies the next window. Derived deltas come first: a crash between
-  // them and the window re-derives them from the same deltas, and the
-  // target drops the copies by mark.
+  // Ends the window: waits for the previous one to be written, publishes
+  // its derived deltas, then seals every partition's window and hands them
+  // to the helper threads, which wait until the broker has acknowledged the
+  // derived deltas and then write the windows, while this thread applies
+  // the next window. Derived deltas come first: a crash between them and
+  // the window re-derives them from the same deltas, and the target drops
+  // the copies by mark. (Waiting for that acknowledgement here held this
+  // thread 4 ms per window at the median and 45 ms at p99 under a steady
+  // load, with fresh deltas queueing behind it.)
   Status FlushAll() {
     TALLY_RETURN_IF_ERROR(FinishCommits());
     last_flush_ms = base::SteadyMs();
@@ -139,15 +151,8 @@ struct Applier::Rep {
       }
     }
     if (any_derived) {
-      for (int waited_s = 1; rd_kafka_flush(producer.get(), 1000); waited_s++) {
-        // Once, then every 30 s: an outage is reported by KafkaHealth.
-        if (waited_s % 30 == 1) {
-          TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
-                         waited_s);
-        }
-      }
-      std::lock_guard<std::mutex> l(failure_mu);
-      if (!first_failure.empty()) return Status::Unavailable(first_failure);
+      std::lock_guard<std::mutex> l(derived_wait_mu);
+      derived_pending = true;
     }
     for (auto& [p, wa] : owned) {
       if (!wa->window_dirty()) continue;
@@ -162,6 +167,27 @@ struct Applier::Rep {
     return Status::Ok();
   }
 
+  // On a helper thread, before writing a window: waits until the broker has
+  // acknowledged every derived delta published so far (FlushAll publishes
+  // none while the helpers write). The first helper to get here waits; the
+  // others find the answer. A failed delivery fails every window of the
+  // batch, so none is written and the applier stops (a restart re-derives).
+  Status WaitDerivedAcknowledged() {
+    std::lock_guard<std::mutex> l(derived_wait_mu);
+    if (!derived_pending) return derived_status;
+    for (int waited_s = 1; rd_kafka_flush(producer.get(), 1000); waited_s++) {
+      // Once, then every 30 s: an outage is reported by KafkaHealth.
+      if (waited_s % 30 == 1) {
+        TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
+                       waited_s);
+      }
+    }
+    derived_pending = false;
+    std::lock_guard<std::mutex> f(failure_mu);
+    if (!first_failure.empty()) derived_status = Status::Unavailable(first_failure);
+    return derived_status;
+  }
+
   // Writes one partition's sealed window (on the helper thread). A store
   // that refuses the write (a full or failing disk) is retried with backoff
   // until it accepts the window or we are told to stop: meanwhile nothing of
@@ -170,6 +196,7 @@ struct Applier::Rep {
   // applying at the next window's end, and the log says so once, not per
   // attempt.
   Status CommitWindow(int32_t p, WindowApplier* wa) {
+    TALLY_RETURN_IF_ERROR(WaitDerivedAcknowledged());
     const int64_t t0 = base::SteadyMs();
     int64_t last_log_ms = t0;
     int attempts = 0;

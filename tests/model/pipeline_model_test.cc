@@ -513,5 +513,90 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   EXPECT_EQ(Diff(derived.get(), /*include_unread=*/false), "");
 }
 
+// A window is written only once the broker has acknowledged the deltas it
+// derived (a follow's +1 to the target's followers): written first, a crash
+// or a failed delivery would lose the derived delta for good, since the
+// window's source deltas are never applied again. Here the delivery of
+// every derived delta fails: the applier must stop with that error and
+// leave the follow unwritten, to be applied again (and derived again) by
+// the next applier.
+TEST_F(PipelineModelTest, AWindowIsNotWrittenBeforeItsDerivedDeltasAreAcknowledged) {
+  Event e;
+  e.type = EventType::kFollow;
+  e.ts = 1700000000000;
+  e.user_id = 1;
+  e.target_id = 2;
+  Produce(KeyOf(e), schemas::EventToJson(e));
+  ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+
+  // Route it into tally.deltas, then stop the router.
+  auto deltas_in_topic = [&] {
+    int64_t sum = 0;
+    for (int p = 0; p < kPartitions; p++) {
+      int64_t lo = 0, hi = 0;
+      if (rd_kafka_query_watermark_offsets(producer_.get(), "tally.deltas", p, &lo, &hi, 5000) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        sum += hi;
+      }
+    }
+    return sum;
+  };
+  stop_.store(false);
+  std::thread router_thread([this] {
+    aggregator::RouterOptions ro;
+    ro.kafka = kafka_;
+    ro.deltas_partitions = kPartitions;
+    ro.linger_ms = 5;
+    aggregator::Router router(ro);
+    EXPECT_TRUE(router.Run(&stop_).ok());
+  });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (deltas_in_topic() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop_.store(true);
+  router_thread.join();
+  const int64_t routed = deltas_in_topic();
+  ASSERT_GT(routed, 0);
+
+  // From now on the broker refuses every produce: the applier's derived
+  // delta is the only one.
+  std::vector<rd_kafka_resp_err_t> refusals(50, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+  rd_kafka_mock_push_request_errors_array(mock_, /*Produce*/ 0, refusals.size(), refusals.data());
+
+  stop_.store(false);
+  std::atomic<bool> applier_done{false};
+  base::Status applier_status;
+  std::thread applier_thread([&] {
+    aggregator::ApplierOptions ao;
+    ao.kafka = kafka_;
+    ao.flush_ms = 5;
+    aggregator::Applier applier(ao, store_.get());
+    applier_status = applier.Run(&stop_);
+    applier_done.store(true);
+  });
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!applier_done.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool stopped_by_itself = applier_done.load();
+  stop_.store(true);
+  applier_thread.join();
+  EXPECT_TRUE(stopped_by_itself) << "the applier went on after a derived delta was lost";
+  EXPECT_FALSE(applier_status.ok());
+  EXPECT_NE(applier_status.message().find("derived delta delivery"), std::string::npos)
+      << applier_status.ToString();
+
+  // Nothing of the follow was written: neither side's count, nor the
+  // deltas offsets past it.
+  for (uint64_t u : {1, 2}) {
+    auto uc = store_->GetUserCounts(u);
+    ASSERT_TRUE(uc.ok()) << uc.status().ToString();
+    EXPECT_EQ(uc->following, 0) << "user " << u;
+    EXPECT_EQ(uc->followers, 0) << "user " << u;
+  }
+  EXPECT_TRUE(store_->GetFollowees(1).value().empty());
+}
+
 }  // namespace
 }  // namespace tally
