@@ -20,6 +20,9 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "router";
+// Told to stop, how long the router still waits for the broker to
+// acknowledge its deltas before it leaves their input offsets uncommitted.
+constexpr int kStopWaitS = 5;
 constexpr size_t kMaxGenerationsInFlight = 8;
 // Input messages taken from the consumer queue at once.
 constexpr size_t kConsumeBatch = 256;
@@ -52,6 +55,8 @@ struct Router::Rep {
     Offsets offsets;
   };
   std::deque<Generation> generations;  // oldest first; the back one is open
+  const std::atomic<bool>* stop = nullptr;  // Run()'s; a flush at stop waits a bounded time
+  bool gave_up = false;  // a flush at stop stopped waiting for the broker
   uint64_t next_generation = 0;
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
@@ -318,11 +323,25 @@ struct Router::Rep {
 
   // Publishes what is routed, waits until the broker has acknowledged every
   // message in flight, then commits all of it (on revocation and at stop).
+  //
+  // Told to stop, it waits kStopWaitS for the broker and then gives up: the
+  // input offsets stay uncommitted, so a restart routes those records again
+  // (the applier skips what it already has), and an outage does not hold
+  // the process up.
   Status Flush(bool sync_commit) {
     TALLY_RETURN_IF_ERROR(Seal());
+    if (gave_up) return Status::Unavailable("stopping without the broker");  // once is enough
+    int stopping_s = 0;
     for (int waited_s = 1;; waited_s++) {
       rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
       if (!err) break;
+      if (stop != nullptr && stop->load() && ++stopping_s >= kStopWaitS) {
+        gave_up = true;
+        return Status::Unavailable(fmt::format(
+            "stopping with {} deltas messages the broker has not acknowledged in {} s; their input "
+            "records stay uncommitted and are routed again on restart",
+            rd_kafka_outq_len(producer.get()), waited_s));
+      }
       // Once, then every 30 s: an outage is reported by KafkaHealth.
       if (waited_s % 30 == 1) {
         TALLY_LOG_WARN(kLog,
@@ -340,6 +359,7 @@ Router::~Router() = default;
 
 Status Router::Run(const std::atomic<bool>* stop) {
   Rep& r = *rep_;
+  r.stop = stop;
   if (r.o.deltas_partitions == 0) return Status::InvalidArgument("router: deltas partition count unknown");
 
   auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, r.o.kafka, {{"enable.idempotence", "true"},
@@ -464,8 +484,16 @@ Status Router::Run(const std::atomic<bool>* stop) {
   }
   if (result.ok() && !r.fatal.ok()) result = r.fatal;
   if (result.ok()) result = r.Flush(/*sync_commit=*/true);
+  // Leaving the group revokes the partitions, whose callback flushes again
+  // (at once if this flush gave up).
   rd_kafka_consumer_close(r.consumer.get());
-  rd_kafka_flush(r.producer.get(), 5000);
+  if (r.gave_up) {
+    // What the broker did not take is routed again on restart.
+    rd_kafka_purge(r.producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(r.producer.get(), 0);
+  } else {
+    rd_kafka_flush(r.producer.get(), 5000);
+  }
   if (result.ok()) {
     TALLY_LOG_INFO(kLog, "stopped cleanly");
   } else {
