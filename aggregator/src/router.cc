@@ -484,14 +484,20 @@ Status Router::Run(const std::atomic<bool>* stop) {
   }
   if (result.ok() && !r.fatal.ok()) result = r.fatal;
   if (result.ok()) result = r.Flush(/*sync_commit=*/true);
-  // Leaving the group revokes the partitions, whose callback flushes again
-  // (at once if this flush gave up).
-  rd_kafka_consumer_close(r.consumer.get());
   if (r.gave_up) {
-    // What the broker did not take is routed again on restart.
+    // The broker is away. Leaving the group would wait for its coordinator
+    // (up to session.timeout.ms): close without leaving, and the group lets
+    // this member go when its session expires. What the broker did not
+    // take is routed again on restart.
+    rd_kafka_queue_destroy(release_queue.q);
+    release_queue.q = nullptr;
+    rd_kafka_destroy_flags(r.consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     rd_kafka_purge(r.producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_poll(r.producer.get(), 0);
   } else {
+    // Leaving the group revokes the partitions, whose callback flushes
+    // again (and commits).
+    rd_kafka_consumer_close(r.consumer.get());
     rd_kafka_flush(r.producer.get(), 5000);
   }
   if (result.ok()) {
