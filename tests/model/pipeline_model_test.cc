@@ -232,6 +232,19 @@ class PipelineModelTest : public ::testing::Test {
     threads_.clear();
   }
 
+  // Messages in tally.deltas, all partitions.
+  int64_t DeltasInTopic() {
+    int64_t sum = 0;
+    for (int p = 0; p < kPartitions; p++) {
+      int64_t lo = 0, hi = 0;
+      if (rd_kafka_query_watermark_offsets(producer_.get(), "tally.deltas", p, &lo, &hi, 5000) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        sum += hi;
+      }
+    }
+    return sum;
+  }
+
   uint64_t Id(uint64_t n) { return 1 + rng_() % n; }
 
   Event RandomEvent() {
@@ -530,17 +543,6 @@ TEST_F(PipelineModelTest, AWindowIsNotWrittenBeforeItsDerivedDeltasAreAcknowledg
   ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
 
   // Route it into tally.deltas, then stop the router.
-  auto deltas_in_topic = [&] {
-    int64_t sum = 0;
-    for (int p = 0; p < kPartitions; p++) {
-      int64_t lo = 0, hi = 0;
-      if (rd_kafka_query_watermark_offsets(producer_.get(), "tally.deltas", p, &lo, &hi, 5000) ==
-          RD_KAFKA_RESP_ERR_NO_ERROR) {
-        sum += hi;
-      }
-    }
-    return sum;
-  };
   stop_.store(false);
   std::thread router_thread([this] {
     aggregator::RouterOptions ro;
@@ -551,12 +553,12 @@ TEST_F(PipelineModelTest, AWindowIsNotWrittenBeforeItsDerivedDeltasAreAcknowledg
     EXPECT_TRUE(router.Run(&stop_).ok());
   });
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (deltas_in_topic() == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (DeltasInTopic() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stop_.store(true);
   router_thread.join();
-  const int64_t routed = deltas_in_topic();
+  const int64_t routed = DeltasInTopic();
   ASSERT_GT(routed, 0);
 
   // From now on the broker refuses every produce: the applier's derived
@@ -640,19 +642,8 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
     EXPECT_EQ(rd_kafka_flush(producer_.get(), 60000), RD_KAFKA_RESP_ERR_NO_ERROR);
   });
   // Down once the pipeline is routing and applying.
-  auto applied_any = [&] {
-    int64_t sum = 0;
-    for (int p = 0; p < kPartitions; p++) {
-      int64_t lo = 0, hi = 0;
-      if (rd_kafka_query_watermark_offsets(producer_.get(), "tally.deltas", p, &lo, &hi, 5000) ==
-          RD_KAFKA_RESP_ERR_NO_ERROR) {
-        sum += hi;
-      }
-    }
-    return sum > 0;
-  };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!applied_any() && std::chrono::steady_clock::now() < deadline) {
+  while (DeltasInTopic() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
