@@ -210,41 +210,29 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
                                                      int timeout_ms) {
   auto n = PartitionCount(rk, topic, timeout_ms);
   if (!n.ok()) return n.status();
-  std::vector<PartitionOffsets> out;
-  std::string name(topic);
   // Every partition's start, then every partition's end, each in one
-  // ListOffsets request per broker ("offsets for times" with the logical
-  // times -2 and -1), instead of two requests per partition: /v1/watermarks
-  // asks for two topics of 16 partitions, and polling it took 16 ms.
-  {
-    std::vector<PartitionOffsets> fast(static_cast<size_t>(*n));
-    bool ok = true;
-    for (int64_t logical : {int64_t{RD_KAFKA_OFFSET_BEGINNING}, int64_t{RD_KAFKA_OFFSET_END}}) {
-      rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(*n);
-      for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list, name.c_str(), p)->offset = logical;
-      rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk, list, timeout_ms);
-      for (int i = 0; ok && i < list->cnt; i++) {
-        const rd_kafka_topic_partition_t& e = list->elems[i];
-        if (err || e.err || e.offset < 0 || e.partition < 0 || e.partition >= *n) {
-          ok = false;
-        } else {
-          PartitionOffsets& po = fast[static_cast<size_t>(e.partition)];
-          po.partition = e.partition;
-          (logical == RD_KAFKA_OFFSET_BEGINNING ? po.low : po.high) = e.offset;
-        }
+  // ListOffsets request per broker: EARLIEST (-2) and LATEST (-1) are that
+  // request's own logical times, which rd_kafka_query_watermark_offsets()
+  // sends one partition at a time. /v1/watermarks asks for two topics of 16
+  // partitions; one partition at a time, polling it took 16 ms.
+  std::vector<PartitionOffsets> out(static_cast<size_t>(*n));
+  const std::string name(topic);
+  for (int64_t logical : {int64_t{RD_KAFKA_OFFSET_BEGINNING}, int64_t{RD_KAFKA_OFFSET_END}}) {
+    KafkaPartitionList list(rd_kafka_topic_partition_list_new(*n));
+    for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list.get(), name.c_str(), p)->offset = logical;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk, list.get(), timeout_ms);
+    if (err) return KafkaStatus(err, fmt::format("watermarks of {}", topic));
+    for (int i = 0; i < list->cnt; i++) {
+      const rd_kafka_topic_partition_t& e = list->elems[i];
+      if (e.err) return KafkaStatus(e.err, fmt::format("watermarks of {}/{}", topic, e.partition));
+      if (e.partition < 0 || e.partition >= *n || e.offset < 0) {
+        return Status::Internal(fmt::format("watermarks of {}: the broker answered partition {} offset {}", topic,
+                                            e.partition, e.offset));
       }
-      rd_kafka_topic_partition_list_destroy(list);
-      if (!ok) break;
+      PartitionOffsets& po = out[static_cast<size_t>(e.partition)];
+      po.partition = e.partition;
+      (logical == RD_KAFKA_OFFSET_BEGINNING ? po.low : po.high) = e.offset;
     }
-    if (ok) return fast;
-    // A broker that will not answer that way: one partition at a time.
-  }
-  for (int p = 0; p < *n; p++) {
-    PartitionOffsets po;
-    po.partition = p;
-    auto err = rd_kafka_query_watermark_offsets(rk, name.c_str(), p, &po.low, &po.high, timeout_ms);
-    if (err) return KafkaStatus(err, fmt::format("watermarks of {}/{}", topic, p));
-    out.push_back(po);
   }
   return out;
 }
