@@ -2,9 +2,7 @@
 // --brokers is given), the aggregator and the HTTP tier in one process.
 #include <fmt/core.h>
 
-#include <filesystem>
 #include <string>
-#include <system_error>
 
 #include "aggregator/cluster_check.h"
 #include "base/kafka_health.h"
@@ -22,20 +20,6 @@
 #include "query/watermarks.h"
 
 namespace tally::app {
-namespace {
-
-// True when AttachToCluster cannot refuse the state in `dir`: it records
-// `cluster` already, or there is no state yet (`dir` is missing or empty).
-bool RoutingMayStartBeforeState(const std::string& dir, const std::string& cluster) {
-  auto recorded = store::StateStore::PeekRecordedCluster(dir);
-  if (recorded.ok()) return *recorded == cluster;
-  if (recorded.status().code() != base::StatusCode::kNotFound) return false;
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) return !ec;
-  return std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec) && !ec;
-}
-
-}  // namespace
 
 int RunUp(int argc, char** argv) {
   const std::string command = "tally up";
@@ -102,11 +86,10 @@ int RunUp(int argc, char** argv) {
   po.flush_ms = static_cast<int>(flush_ms);
   po.key_budget = static_cast<size_t>(key_budget);
   PipelineRunner runner(po, nullptr);
-  // The router needs no state. When the state already belongs to this
-  // cluster, or there is no state yet, the cluster check below cannot
-  // refuse it, so routing starts while the partitions open (40-80 ms of
-  // every start); in any other case only after the check.
-  const bool routing_early = RoutingMayStartBeforeState(f.state_dir, cluster->identity.ToString());
+  // The router needs no state. When the cluster check below cannot refuse
+  // the state, routing starts while the partitions open (40-80 ms of every
+  // start); otherwise only after the check.
+  const bool routing_early = aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
   if (routing_early) runner.StartRouter();
   auto store_r = OpenState(f, cluster->deltas_partitions, false);
   if (!store_r.ok()) return Fail(command, store_r.status());

@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <filesystem>
+#include <system_error>
+
 #include "base/log.h"
 
 namespace tally::aggregator {
@@ -42,6 +45,16 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
   }
   TALLY_RETURN_IF_ERROR(store->ResetProgress());
   return store->RecordCluster(now);
+}
+
+bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster, bool reset_offsets) {
+  if (cluster.embedded || reset_offsets) return true;
+  auto recorded = store::StateStore::PeekRecordedCluster(dir);
+  if (recorded.ok()) return *recorded == cluster.ToString();
+  if (recorded.status().code() != base::StatusCode::kNotFound) return false;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return !ec;
+  return std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec) && !ec;
 }
 
 }  // namespace tally::aggregator

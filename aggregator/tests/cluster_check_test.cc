@@ -84,5 +84,20 @@ TEST_F(ClusterCheckTest, OtherRealClusterIsRefusedUnlessResetOffsets) {
   EXPECT_EQ(Offset(), 0);
 }
 
+// AttachCannotRefuse() reads the state directory without opening it; it
+// must never say "cannot refuse" where AttachToCluster() refuses.
+TEST_F(ClusterCheckTest, CannotRefuseOnlyWhereAttachAccepts) {
+  EXPECT_TRUE(AttachCannotRefuse((dir_ / "none").string(), External("abc"), false)) << "no state yet";
+  Work();  // progress, and no cluster recorded
+  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("abc"), false));
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), true));
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), Embedded("one"), false));
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), true).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), false)) << "the recorded cluster";
+  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("xyz"), false));
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), false).ok());
+}
+
 }  // namespace
 }  // namespace tally::aggregator

@@ -7,6 +7,8 @@
 // told to reset its offsets.
 #pragma once
 
+#include <string>
+
 #include "base/kafka.h"
 #include "base/status.h"
 #include "store/state_store.h"
@@ -18,5 +20,13 @@ namespace tally::aggregator {
 // when it must not. Logs one line whenever the identity changes.
 base::Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster,
                              bool reset_offsets);
+
+// True when AttachToCluster(state in `dir`, `cluster`, `reset_offsets`)
+// cannot refuse, read without opening the state: the cluster is embedded,
+// offsets are reset, the state records `cluster` already, or there is no
+// state yet (`dir` missing or empty). False when it might refuse, or `dir`
+// cannot be read. Lets a caller start work that needs no state (routing)
+// while the state opens.
+bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster, bool reset_offsets);
 
 }  // namespace tally::aggregator
