@@ -19,9 +19,6 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "applier";
-// Told to stop, how long the applier still waits for the broker to
-// acknowledge derived deltas before it leaves their windows unwritten.
-constexpr int kStopWaitS = 5;
 }  // namespace
 
 struct Applier::Rep {
@@ -178,24 +175,17 @@ struct Applier::Rep {
   Status WaitDerivedAcknowledged() {
     std::lock_guard<std::mutex> l(derived_wait_mu);
     if (!derived_pending) return derived_status;
-    int stopping_s = 0;
-    for (int waited_s = 1; rd_kafka_flush(producer.get(), 1000); waited_s++) {
-      // Told to stop: give the broker kStopWaitS, then leave the windows
-      // unwritten (a restart applies their deltas again and derives again).
-      if (stop->load() && ++stopping_s >= kStopWaitS) {
-        rd_kafka_purge(producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        derived_pending = false;
-        derived_status = Status::Unavailable(
-            fmt::format("stopping with derived deltas the broker has not acknowledged in {} s; the "
-                        "windows waiting for them are applied again on restart",
-                        waited_s));
-        return derived_status;
-      }
-      // Once, then every 30 s: an outage is reported by KafkaHealth.
-      if (waited_s % 30 == 1) {
-        TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
-                       waited_s);
-      }
+    Status st = base::FlushProducer(producer.get(), stop, [](int waited_s) {
+      TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
+                     waited_s);
+    });
+    if (!st.ok()) {
+      // Told to stop: the windows stay unwritten; a restart applies their
+      // deltas again and derives again.
+      derived_pending = false;
+      derived_status = Status::Aborted(fmt::format(
+          "{} (derived deltas); the windows waiting for them are applied again on restart", st.message()));
+      return derived_status;
     }
     derived_pending = false;
     std::lock_guard<std::mutex> f(failure_mu);

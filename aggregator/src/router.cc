@@ -20,9 +20,6 @@ using base::Status;
 
 namespace {
 constexpr const char* kLog = "router";
-// Told to stop, how long the router still waits for the broker to
-// acknowledge its deltas before it leaves their input offsets uncommitted.
-constexpr int kStopWaitS = 5;
 constexpr size_t kMaxGenerationsInFlight = 8;
 // Input messages taken from the consumer queue at once.
 constexpr size_t kConsumeBatch = 256;
@@ -324,31 +321,24 @@ struct Router::Rep {
   // Publishes what is routed, waits until the broker has acknowledged every
   // message in flight, then commits all of it (on revocation and at stop).
   //
-  // Told to stop, it waits kStopWaitS for the broker and then gives up: the
-  // input offsets stay uncommitted, so a restart routes those records again
-  // (the applier skips what it already has), and an outage does not hold
-  // the process up.
+  // Told to stop, it waits base::kFlushAtStopSeconds for the broker and
+  // then gives up: the input offsets stay uncommitted, so a restart routes
+  // those records again (the applier skips what it already has), and an
+  // outage does not hold the process up.
   Status Flush(bool sync_commit) {
     TALLY_RETURN_IF_ERROR(Seal());
-    if (gave_up) return Status::Unavailable("stopping without the broker");  // once is enough
-    int stopping_s = 0;
-    for (int waited_s = 1;; waited_s++) {
-      rd_kafka_resp_err_t err = rd_kafka_flush(producer.get(), 1000);
-      if (!err) break;
-      if (stop != nullptr && stop->load() && ++stopping_s >= kStopWaitS) {
-        gave_up = true;
-        return Status::Unavailable(fmt::format(
-            "stopping with {} deltas messages the broker has not acknowledged in {} s; their input "
-            "records stay uncommitted and are routed again on restart",
-            rd_kafka_outq_len(producer.get()), waited_s));
-      }
-      // Once, then every 30 s: an outage is reported by KafkaHealth.
-      if (waited_s % 30 == 1) {
-        TALLY_LOG_WARN(kLog,
-                       "waiting {} s for the broker to acknowledge {} deltas messages; input offsets "
-                       "stay uncommitted",
-                       waited_s, rd_kafka_outq_len(producer.get()));
-      }
+    if (gave_up) return Status::Aborted("stopping without the broker");  // once is enough
+    Status st = base::FlushProducer(producer.get(), stop, [this](int waited_s) {
+      TALLY_LOG_WARN(kLog,
+                     "waiting {} s for the broker to acknowledge {} deltas messages; input offsets "
+                     "stay uncommitted",
+                     waited_s, rd_kafka_outq_len(producer.get()));
+    });
+    if (!st.ok()) {
+      gave_up = true;
+      return Status::Aborted(fmt::format(
+          "{} (deltas messages); their input records stay uncommitted and are routed again on restart",
+          st.message()));
     }
     return Reap(sync_commit);
   }
@@ -492,8 +482,6 @@ Status Router::Run(const std::atomic<bool>* stop) {
     rd_kafka_queue_destroy(release_queue.q);
     release_queue.q = nullptr;
     rd_kafka_destroy_flags(r.consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    rd_kafka_purge(r.producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_poll(r.producer.get(), 0);
   } else {
     // Leaving the group revokes the partitions, whose callback flushes
     // again (and commits).

@@ -237,6 +237,21 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
   return out;
 }
 
+Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop, const std::function<void(int)>& on_wait) {
+  int stopping_s = 0;
+  for (int waited_s = 1; rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR; waited_s++) {
+    if (stop != nullptr && stop->load() && ++stopping_s >= kFlushAtStopSeconds) {
+      const int left = rd_kafka_outq_len(rk);
+      rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(rk, 0);  // the purged records' delivery reports
+      return Status::Aborted(
+          fmt::format("stopping with {} records the broker has not acknowledged in {} s", left, waited_s));
+    }
+    if (on_wait && waited_s % 30 == 1) on_wait(waited_s);
+  }
+  return Status::Ok();
+}
+
 Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int partitions,
                     int replication_factor, int timeout_ms) {
   std::vector<rd_kafka_NewTopic_t*> news;

@@ -8,7 +8,9 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -107,6 +109,18 @@ Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_m
 // Queries low/high watermarks of every partition of `topic`.
 Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::string_view topic,
                                                      int timeout_ms);
+
+// Waits until the broker has acknowledged every record producer `rk` has
+// queued (rd_kafka_flush in 1 s slices; delivery reports are served on this
+// thread). While it waits, `on_wait(seconds_waited)` runs after the first
+// second and then every 30 s (an outage itself is reported by KafkaHealth).
+// Once `*stop` is set it waits kFlushAtStopSeconds more, then purges what is
+// left (serving the purged records' reports) and returns Aborted saying how
+// many records and seconds: the caller leaves their effects uncommitted for
+// a restart to redo. OK when all is acknowledged. `stop` may be null (wait
+// until acknowledged). Safe to call from any thread that may poll `rk`.
+inline constexpr int kFlushAtStopSeconds = 5;
+Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop, const std::function<void(int)>& on_wait);
 
 // Creates each of `topics` that does not exist yet with `partitions`
 // partitions and the given replication factor (-1: broker default), through
