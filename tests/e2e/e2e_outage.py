@@ -10,7 +10,11 @@ clients POST /v1/events to `tally up`. Then:
   it is back; `tally broker` one for each signal;
 - afterwards /healthz is 200 {"ok":true} again, the refused request is sent
   again (202), kcat's buffered records arrive, and every count equals the
-  reference model: nothing lost, nothing doubled.
+  reference model: nothing lost, nothing doubled;
+- then, with a second kcat stream in flight, the broker goes down again and tally
+  up gets SIGTERM: it stops within 20 s (exit 0, or 1 when it left
+  unacknowledged work uncommitted), and once the broker is back a restarted
+  tally up applies what was left: every count equals the model again.
 
   python3 e2e_outage.py --tally build/tally [--seed N] [--down-seconds 10]
 """
@@ -160,10 +164,6 @@ def main():
         e2e_crash.compare_with_model(h, client, w.model, "after a %.0f s broker outage" % down_for)
         h.checkpoint("every count after the outage")
 
-        rc, clean = up.stop(grace=30)
-        h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
-        rc, clean = broker.stop(grace=30)
-        h.check(clean and rc == 0, "tally broker on SIGTERM: exit %s" % rc)
         lost = count_lines(h.path("up.log"), "lost Kafka at")
         back = count_lines(h.path("up.log"), "reachable again")
         h.check(len(lost) == 1 and len(back) == 1, "tally up logged %d 'lost' and %d 'back' lines, want 1 and 1:\n  %s"
@@ -174,8 +174,49 @@ def main():
                 and len(count_lines(h.path("broker.log"), "SIGUSR2: embedded broker")) == 1,
                 "tally broker did not log one line per control signal")
         h.checkpoint("logs")
+
+        # ---- SIGTERM during an outage ------------------------------------------
+        # Fresh events in flight, then the broker goes and tally up is told to
+        # stop: it must stop within seconds (5 s for the acknowledgements it
+        # waits for, then it leaves them uncommitted), and a restart once the
+        # broker is back must apply what was left, exactly once.
+        records2 = w.stream(KCAT_EVENTS // 2)
+        feeder2 = e2e_crash.Feeder(h, brokers, records2, h.seed + 2, 8, kcat_extra=["-E"])
+        feeder2.start()
+        applied_before = tallyctl.applied_offsets(tallyctl.watermarks(client))
+        tallyctl.wait_until("the pipeline to apply the second stream", lambda: tallyctl.applied_offsets(
+            tallyctl.watermarks(client)) > applied_before + 500, timeout=60, proc=up)
+        total = len(records) + len(records2) + accepted
+        broker.popen.send_signal(tallyctl.signal.SIGUSR1)
+        tallyctl.wait_until("/healthz 503 in the second outage", health_says_lost, timeout=8)
+        t0 = time.monotonic()
+        rc, clean = up.stop(grace=60)
+        took = time.monotonic() - t0
+        log("tally up stopped %.1f s after SIGTERM during the outage, exit %s" % (took, rc))
+        h.check(clean and took < 20 and rc in (0, 1),
+                "tally up on SIGTERM during an outage: exit %s after %.1f s (want 0 or 1 within 20 s)" % (rc, took))
+        for l in count_lines(h.path("up.log"), "stopped"):
+            log("up.log: %s" % l[:220])
+        broker.popen.send_signal(tallyctl.signal.SIGUSR2)
+        feeder2.join(timeout=300)
+        if feeder2.is_alive():
+            raise tallyctl.TestFailure("kcat did not finish the second stream within 300 s")
+        if feeder2.error:
+            raise feeder2.error
+        up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4,
+                                log_name="up-restart.log")
+        report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
+        h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
+            tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
+        e2e_crash.compare_with_model(h, client, w.model, "after SIGTERM during an outage and a restart")
+        h.checkpoint("a stop during an outage")
+
+        rc, clean = up.stop(grace=30)
+        h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
+        rc, clean = broker.stop(grace=30)
+        h.check(clean and rc == 0, "tally broker on SIGTERM: exit %s" % rc)
         log("events checked: %d published (%d via kcat incl. 10 invalid, %d via POST); lost 0, doubled 0" % (
-            total, len(records), accepted))
+            total, len(records) + len(records2), accepted))
         h.finish_checks("e2e_outage")
         log("total %.0f s" % (time.monotonic() - t_begin))
 
