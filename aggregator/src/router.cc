@@ -70,6 +70,10 @@ struct Router::Rep {
 
   base::Counter* events_total;
   base::Counter* invalid_total;
+  // One line per invalid record, until a flood of them: then about one a
+  // second, saying how many were left out (all are counted and dead-lettered).
+  base::LogLimiter invalid_log{10, 10000};
+  base::LogLimiter truncated_log{10, 10000};
   base::Counter* deltas_total;
   base::Counter* messages_total;
 
@@ -247,8 +251,9 @@ struct Router::Rep {
       // the full size, and the source coordinates find the rest.
       std::string full = std::to_string(m->len);
       rd_kafka_header_add(h, "tally.value.truncated", -1, full.data(), full.size());
-      TALLY_LOG_WARN(kLog, "dead letter for topic={} partition={} offset={} keeps {} of its {} bytes",
-                     rd_kafka_topic_name(m->rkt), m->partition, m->offset, dlq_max_value, m->len);
+      TALLY_LOG_WARN_LIMITED(truncated_log, kLog,
+                             "dead letter for topic={} partition={} offset={} keeps {} of its {} bytes",
+                             rd_kafka_topic_name(m->rkt), m->partition, m->offset, dlq_max_value, m->len);
       len = dlq_max_value;
     }
     std::string value(static_cast<const char*>(m->payload ? m->payload : ""), m->payload ? len : 0);
@@ -263,8 +268,8 @@ struct Router::Rep {
                            : Status::InvalidArgument("empty record (no value)");
     if (!st.ok()) {
       invalid_total->Inc();
-      TALLY_LOG_WARN(kLog, "invalid record topic={} partition={} offset={}: {}", topic, m->partition,
-                     m->offset, st.message());
+      TALLY_LOG_WARN_LIMITED(invalid_log, kLog, "invalid record topic={} partition={} offset={}: {}", topic,
+                             m->partition, m->offset, st.message());
       SendToDlq(m, st.message());
     } else {
       deltas_total->Inc(router.Route(event, topic, m->partition, m->offset, &builders));

@@ -143,6 +143,26 @@ TEST_F(UnreadTest, NoticeIdsMustIncrease) {
   EXPECT_EQ(Unread(1).notice, 2);
 }
 
+TEST_F(UnreadTest, AFloodOfStaleNoticesIsCountedButLoggedOnlyAFewTimes) {
+  // A producer whose notice ids restart at 1 (a second generator run).
+  Notice(5000);
+  testing::internal::CaptureStderr();
+  for (uint64_t id = 1; id <= 1000; id++) Notice(id);
+  std::string log = testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find("ignored, not above the newest notice 5000", at)) != std::string::npos; at++) {
+    lines++;
+  }
+  EXPECT_EQ(lines, 10u) << log;
+  EXPECT_NE(log.find("notice 1 ignored"), std::string::npos) << log;
+  uint64_t stale = 0;
+  for (auto& a : appliers_) stale += a->TakeStats().stale_notices;
+  EXPECT_EQ(stale, 1000u);
+  Notice(5001);
+  ReadNotice(1, 1);
+  EXPECT_EQ(Unread(1).notice, 2);
+}
+
 TEST_F(UnreadTest, RedDotsShowUntilClickedAfterTheirTime) {
   RedDot("discover", 100);
   RedDot("games", 50);

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "aggregator/window_map.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "schemas/delta.h"
 #include "store/counter_op.h"
@@ -173,6 +174,9 @@ class WindowApplier {
   Edges sealed_likes_;
   Edges sealed_follows_;
   WindowStats stats_;
+  // A producer whose notice ids restart (a second `tally produce --gen`, a
+  // reset sequence) sends one stale notice after another.
+  base::LogLimiter stale_notice_log_{10, 10000};
 };
 
 }  // namespace tally::aggregator

@@ -8,7 +8,11 @@
 
 #include <fmt/core.h>
 
+#include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "base/clock.h"
 
 namespace tally::base {
 
@@ -27,6 +31,40 @@ void LogLine(LogLevel level, std::string_view component, std::string_view messag
 
 inline bool LogEnabled(LogLevel level) { return level >= GetLogLevel(); }
 
+// Keeps a line written once per bad record from flooding the log when the
+// records keep coming: the first `burst` lines of each `period_ms` pass, the
+// rest are only counted, and the next line that passes says how many were
+// left out. The records themselves are counted in metrics either way.
+// Thread model: externally synchronized (one per call site and thread).
+class LogLimiter {
+ public:
+  LogLimiter(int burst, int64_t period_ms) : burst_(burst), period_ms_(period_ms) {}
+
+  // True if a line may be written at `now_ms` (a steady clock); then
+  // *dropped is how many lines were refused since the last one that passed.
+  bool Allow(int64_t now_ms, uint64_t* dropped) {
+    if (now_ms - period_start_ms_ >= period_ms_ || now_ms < period_start_ms_) {
+      period_start_ms_ = now_ms;
+      passed_ = 0;
+    }
+    if (passed_ >= burst_) {
+      dropped_++;
+      return false;
+    }
+    passed_++;
+    *dropped = dropped_;
+    dropped_ = 0;
+    return true;
+  }
+
+ private:
+  const int burst_;
+  const int64_t period_ms_;
+  int64_t period_start_ms_ = INT64_MIN / 2;
+  int passed_ = 0;
+  uint64_t dropped_ = 0;
+};
+
 }  // namespace tally::base
 
 #define TALLY_LOG_AT(level, component, ...)                                            \
@@ -38,3 +76,16 @@ inline bool LogEnabled(LogLevel level) { return level >= GetLogLevel(); }
 #define TALLY_LOG_INFO(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kInfo, component, __VA_ARGS__)
 #define TALLY_LOG_WARN(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kWarn, component, __VA_ARGS__)
 #define TALLY_LOG_ERROR(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kError, component, __VA_ARGS__)
+
+// A warning through a LogLimiter (which must outlive the call); the first
+// line after some were left out ends with "(N similar lines left out)".
+#define TALLY_LOG_WARN_LIMITED(limiter, component, ...)                                        \
+  do {                                                                                         \
+    uint64_t tally_dropped_ = 0;                                                               \
+    if (::tally::base::LogEnabled(::tally::base::LogLevel::kWarn) &&                           \
+        (limiter).Allow(::tally::base::SteadyMs(), &tally_dropped_)) {                         \
+      std::string tally_line_ = ::fmt::format(__VA_ARGS__);                                    \
+      if (tally_dropped_ > 0) tally_line_ += ::fmt::format(" ({} similar lines left out)", tally_dropped_); \
+      ::tally::base::LogLine(::tally::base::LogLevel::kWarn, component, tally_line_);          \
+    }                                                                                          \
+  } while (0)
