@@ -19,8 +19,10 @@
 //                 Target: >= 1.5x events/s.
 //   freshness     steady load at half the measured ingest rate (`tally
 //                 produce --rate`) plus a probe every 10 ms: a view of a new
-//                 post, timed from publish to visible over HTTP. Target: p99
-//                 <= 250 ms.
+//                 post, timed from publish to visible over HTTP. The value
+//                 is the load the probe window really had (the input
+//                 topic's end offsets before and after it). Target: p99
+//                 <= 250 ms with that load within 3 % of the rate asked for.
 //   query_counts  wrk (keep-alive, --connections, 2 threads) on GET
 //                 /v1/posts/{id}/counts, ids uniform in 1..--keys. Baseline:
 //                 redis-benchmark GET (and HGETALL, reported beside it) with
@@ -104,6 +106,7 @@ struct Flags {
   int64_t runs = 1;
   int64_t seed = 1;
   int64_t freshness_rate = 0;  // 0: half the measured ingest rate
+  int64_t load_nice = 0;       // nice value of the freshness load generator
   bool keep = false;
   std::vector<std::string> up_args;  // extra flags for tally up
 };
@@ -178,6 +181,8 @@ class Bench {
   Status WaitApplied(uint64_t events, double timeout_s, const std::string& what, double* first_progress_s);
   Result<std::string> Watermarks();
   Status CheckTopicWhole(const std::string& topic, uint64_t* records);
+  Result<uint64_t> TopicEnd(const std::string& topic);
+  Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::string& topic);
   std::vector<std::string> TallyArgs(std::initializer_list<std::string> args) const;
 
   Status Ingest(Result_* r);
@@ -281,16 +286,21 @@ Status Bench::WaitApplied(uint64_t events, double timeout_s, const std::string& 
   }
 }
 
-// The broker keeps a bounded log per partition: a backlog that does not fit
-// would be measured short. Fails unless every partition still starts at 0.
-Status Bench::CheckTopicWhole(const std::string& topic, uint64_t* records) {
+// Every partition's low and high watermarks, from the broker.
+Result<std::vector<base::PartitionOffsets>> Bench::TopicWatermarks(const std::string& topic) {
   base::KafkaOptions ko;
   ko.brokers = brokers_;
   auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, ko, {});
   if (!conf.ok()) return conf.status();
   auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
   if (!rk.ok()) return rk.status();
-  auto wm = base::QueryWatermarks(rk->get(), topic, 10000);
+  return base::QueryWatermarks(rk->get(), topic, 10000);
+}
+
+// The broker keeps a bounded log per partition: a backlog that does not fit
+// would be measured short. Fails unless every partition still starts at 0.
+Status Bench::CheckTopicWhole(const std::string& topic, uint64_t* records) {
+  auto wm = TopicWatermarks(topic);
   if (!wm.ok()) return wm.status();
   *records = 0;
   for (const auto& p : *wm) {
@@ -303,6 +313,15 @@ Status Bench::CheckTopicWhole(const std::string& topic, uint64_t* records) {
     *records += static_cast<uint64_t>(p.high);
   }
   return Status::Ok();
+}
+
+// The sum of `topic`'s end offsets: how many records it ever received.
+Result<uint64_t> Bench::TopicEnd(const std::string& topic) {
+  auto wm = TopicWatermarks(topic);
+  if (!wm.ok()) return wm.status();
+  uint64_t end = 0;
+  for (const auto& p : *wm) end += static_cast<uint64_t>(p.high);
+  return end;
 }
 
 // ---- ingest -----------------------------------------------------------------
@@ -509,18 +528,21 @@ Status Bench::Replay(Result_* r) {
 Status Bench::Freshness(Result_* r) {
   r->workload = "freshness";
   r->unit = "events/s";
-  r->target = "p99 <= 250 ms";
+  r->target = "p99 <= 250 ms, load >= 0.97x";
   double rate = f_.freshness_rate > 0 ? static_cast<double>(f_.freshness_rate)
                                       : std::max(1000.0, std::floor(ingest_rate_ / 2));
   uint64_t total = static_cast<uint64_t>(rate * static_cast<double>(f_.seconds + 2));
   Progress(fmt::format("freshness: {:.0f} events/s for {} s, a probe every 10 ms", rate, f_.seconds));
 
   Process load;
-  TALLY_RETURN_IF_ERROR(load.Start(TallyArgs({"produce", "--brokers", brokers_, "--gen", std::to_string(total),
+  auto largs = TallyArgs({"produce", "--brokers", brokers_, "--gen", std::to_string(total),
                                               "--rate", fmt::format("{:.0f}", rate), "--seed",
                                               std::to_string(f_.seed + 1), "--users", std::to_string(f_.users),
-                                              "--posts", std::to_string(f_.keys), "--log-level", "warn"}),
-                                   Path("freshness-produce.log")));
+                                              "--posts", std::to_string(f_.keys), "--log-level", "warn"});
+  // Producers run elsewhere in a deployment; here the generator shares the
+  // cores with tally, at tally's priority unless --load-nice says otherwise.
+  if (f_.load_nice != 0) largs.insert(largs.begin(), {"nice", "-n", std::to_string(f_.load_nice)});
+  TALLY_RETURN_IF_ERROR(load.Start(largs, Path("freshness-produce.log")));
   ingest::PublisherOptions po;
   po.kafka.brokers = brokers_;
   po.kafka.overrides = {{"linger.ms", "0"}};
@@ -587,6 +609,11 @@ Status Bench::Freshness(Result_* r) {
   });
 
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the load settles
+  // The load the window really had, from the input topic's end offsets: a
+  // generator that fell behind its --rate would flatter the latencies.
+  auto input0 = TopicEnd("tally.events");
+  if (!input0.ok()) return input0.status();
+  auto window0 = Clock::now();
   double cpu0 = up_.CpuSeconds();
   auto t0 = Clock::now();
   auto last_print = t0;
@@ -618,6 +645,9 @@ Status Bench::Freshness(Result_* r) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  auto input1 = TopicEnd("tally.events");
+  if (!input1.ok()) return input1.status();
+  double achieved = static_cast<double>(*input1 - *input0 - sent) / SecondsSince(window0);
   stop = true;
   poller.join();
   load.Stop(5);
@@ -628,7 +658,8 @@ Status Bench::Freshness(Result_* r) {
   if (!wm.ok()) return wm.status();
   TALLY_RETURN_IF_ERROR(WaitApplied(static_cast<uint64_t>(SumField(*wm, "end_offset")), 300, "freshness tail",
                                     nullptr));
-  r->value = rate;
+  r->value = achieved;
+  r->extra["requested_rate"] = rate;
   r->p50_ms = latency_ms.Percentile(50);
   r->p99_ms = latency_ms.Percentile(99);
   r->p999_ms = latency_ms.Percentile(99.9);
@@ -636,7 +667,12 @@ Status Bench::Freshness(Result_* r) {
   r->rss_mb = Mb(up_.RssBytes());
   r->extra["probes"] = static_cast<double>(sent);
   r->extra["probes_lost"] = static_cast<double>(lost);
-  r->met = lost == 0 && r->p99_ms <= 250;
+  // The generator paces in 2 ms steps and catches up after a stall; a
+  // window more than 3 % short of the rate did not carry the load.
+  r->met = lost == 0 && r->p99_ms <= 250 && achieved >= 0.97 * rate;
+  if (achieved < 0.97 * rate) {
+    Progress(fmt::format("freshness: the load reached {:.0f} events/s of the {:.0f} asked for", achieved, rate));
+  }
   return Status::Ok();
 }
 
@@ -1098,6 +1134,9 @@ int Main(int argc, char** argv) {
   flags.Int("runs", &f.runs, "run everything this many times and report the medians");
   flags.Int("seed", &f.seed, "seed of the synthetic workload");
   flags.Int("freshness-rate", &f.freshness_rate, "freshness: events/s of the steady load (0: half the ingest rate)");
+  flags.Int("load-nice", &f.load_nice,
+            "freshness: nice value of the load generator (0: tally's priority; a positive value lets tally's "
+            "threads run first, as with producers on other machines)");
   flags.Bool("keep", &f.keep, "keep the work directory");
   flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
   bool help = false;
