@@ -33,16 +33,17 @@ inline bool LogEnabled(LogLevel level) { return level >= GetLogLevel(); }
 
 // Keeps a line written once per bad record from flooding the log when the
 // records keep coming: the first `burst` lines of each `period_ms` pass, the
-// rest are only counted, and the next line that passes says how many were
-// left out. The records themselves are counted in metrics either way.
+// last of them says that the next ones are left out until the period ends,
+// and the first line after that says how many were. The records themselves
+// are counted in metrics either way.
 // Thread model: externally synchronized (one per call site and thread).
 class LogLimiter {
  public:
   LogLimiter(int burst, int64_t period_ms) : burst_(burst), period_ms_(period_ms) {}
 
   // True if a line may be written at `now_ms` (a steady clock); then
-  // *dropped is how many lines were refused since the last one that passed.
-  bool Allow(int64_t now_ms, uint64_t* dropped) {
+  // *suffix is what to end it with ("" for most lines).
+  bool Allow(int64_t now_ms, std::string* suffix) {
     if (now_ms - period_start_ms_ >= period_ms_ || now_ms < period_start_ms_) {
       period_start_ms_ = now_ms;
       passed_ = 0;
@@ -52,8 +53,16 @@ class LogLimiter {
       return false;
     }
     passed_++;
-    *dropped = dropped_;
+    suffix->clear();
+    if (dropped_ > 0) {
+      *suffix = fmt::format(" ({} similar line{} left out before this one)", dropped_, dropped_ == 1 ? "" : "s");
+    }
     dropped_ = 0;
+    if (passed_ == burst_) {
+      *suffix += fmt::format(" ({} line{} like this in {} s: the next ones are left out for {} s)", burst_,
+                             burst_ == 1 ? "" : "s", period_ms_ / 1000,
+                             (period_start_ms_ + period_ms_ - now_ms + 999) / 1000);
+    }
     return true;
   }
 
@@ -77,15 +86,13 @@ class LogLimiter {
 #define TALLY_LOG_WARN(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kWarn, component, __VA_ARGS__)
 #define TALLY_LOG_ERROR(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kError, component, __VA_ARGS__)
 
-// A warning through a LogLimiter (which must outlive the call); the first
-// line after some were left out ends with "(N similar lines left out)".
-#define TALLY_LOG_WARN_LIMITED(limiter, component, ...)                                        \
-  do {                                                                                         \
-    uint64_t tally_dropped_ = 0;                                                               \
-    if (::tally::base::LogEnabled(::tally::base::LogLevel::kWarn) &&                           \
-        (limiter).Allow(::tally::base::SteadyMs(), &tally_dropped_)) {                         \
-      std::string tally_line_ = ::fmt::format(__VA_ARGS__);                                    \
-      if (tally_dropped_ > 0) tally_line_ += ::fmt::format(" ({} similar lines left out)", tally_dropped_); \
-      ::tally::base::LogLine(::tally::base::LogLevel::kWarn, component, tally_line_);          \
-    }                                                                                          \
+// A warning through a LogLimiter (which must outlive the call).
+#define TALLY_LOG_WARN_LIMITED(limiter, component, ...)                                             \
+  do {                                                                                              \
+    std::string tally_suffix_;                                                                      \
+    if (::tally::base::LogEnabled(::tally::base::LogLevel::kWarn) &&                                \
+        (limiter).Allow(::tally::base::SteadyMs(), &tally_suffix_)) {                               \
+      ::tally::base::LogLine(::tally::base::LogLevel::kWarn, component,                             \
+                             ::fmt::format(__VA_ARGS__) + tally_suffix_);                           \
+    }                                                                                               \
   } while (0)
