@@ -70,8 +70,8 @@ struct Router::Rep {
 
   base::Counter* events_total;
   base::Counter* invalid_total;
-  // One line per invalid record, until a flood of them: then about one a
-  // second, saying how many were left out (all are counted and dead-lettered).
+  // One line per invalid (or truncated) record, but no more than 10 every
+  // 10 s in a flood (every one is still counted and dead-lettered).
   base::LogLimiter invalid_log{10, 10000};
   base::LogLimiter truncated_log{10, 10000};
   base::Counter* deltas_total;
