@@ -54,11 +54,6 @@ def body_of(batch):
     return "[" + ",".join(r.value for r in batch) + "]"
 
 
-def count_lines(path, needle):
-    with open(path, errors="replace") as f:
-        return [l.rstrip("\n") for l in f if needle in l]
-
-
 def main():
     args = tallyctl.parse_args(__doc__, extra_args)
     t_begin = time.monotonic()
@@ -164,14 +159,14 @@ def main():
         e2e_crash.compare_with_model(h, client, w.model, "after a %.0f s broker outage" % down_for)
         h.checkpoint("every count after the outage")
 
-        lost = count_lines(h.path("up.log"), "lost Kafka at")
-        back = count_lines(h.path("up.log"), "reachable again")
+        lost = tallyctl.log_lines(h.path("up.log"), "lost Kafka at")
+        back = tallyctl.log_lines(h.path("up.log"), "reachable again")
         h.check(len(lost) == 1 and len(back) == 1, "tally up logged %d 'lost' and %d 'back' lines, want 1 and 1:\n  %s"
                 % (len(lost), len(back), "\n  ".join(lost + back)))
         for l in lost + back:
             log("up.log: %s" % l[:220])
-        h.check(len(count_lines(h.path("broker.log"), "SIGUSR1: embedded broker")) == 1
-                and len(count_lines(h.path("broker.log"), "SIGUSR2: embedded broker")) == 1,
+        h.check(len(tallyctl.log_lines(h.path("broker.log"), "SIGUSR1: embedded broker")) == 1
+                and len(tallyctl.log_lines(h.path("broker.log"), "SIGUSR2: embedded broker")) == 1,
                 "tally broker did not log one line per control signal")
         h.checkpoint("logs")
 
@@ -195,7 +190,7 @@ def main():
         log("tally up stopped %.1f s after SIGTERM during the outage, exit %s" % (took, rc))
         h.check(clean and took < 20 and rc in (0, 1),
                 "tally up on SIGTERM during an outage: exit %s after %.1f s (want 0 or 1 within 20 s)" % (rc, took))
-        for l in count_lines(h.path("up.log"), "stopped"):
+        for l in tallyctl.log_lines(h.path("up.log"), "stopped"):
             log("up.log: %s" % l[:220])
         broker.popen.send_signal(tallyctl.signal.SIGUSR2)
         feeder2.join(timeout=300)

@@ -36,11 +36,6 @@ def extra_args(ap):
     ap.add_argument("--fault-seconds", type=float, default=8.0, help="how long writes fail in round 1")
 
 
-def lines(path, needle):
-    with open(path, errors="replace") as f:
-        return [l.rstrip("\n") for l in f if needle in l]
-
-
 def snapshot(client, model):
     """Every post's and user's counts as served now."""
     out = {}
@@ -78,10 +73,10 @@ def main():
         open(fault, "w").close()
         log("fault on: RocksDB writes fail while %s exists" % fault)
         publish(4000)
-        tallyctl.wait_until("the applier to log that it cannot commit", lambda: lines(h.path("up.log"), ERROR_LINE),
-                            timeout=30, proc=up)
+        tallyctl.wait_until("the applier to log that it cannot commit",
+                            lambda: tallyctl.log_lines(h.path("up.log"), ERROR_LINE), timeout=30, proc=up)
         t_fault = time.monotonic()
-        first = lines(h.path("up.log"), ERROR_LINE)[0]
+        first = tallyctl.log_lines(h.path("up.log"), ERROR_LINE)[0]
         log("up.log: %s" % first[:260])
         h.check("tally.deltas/" in first and "offset" in first and "injected write fault" in first,
                 "the error line does not name the partition, the offset and the cause: %s" % first)
@@ -102,12 +97,12 @@ def main():
         left = args.fault_seconds - (time.monotonic() - t_fault)
         if left > 0:
             time.sleep(left)  # the length of the fault
-        h.check(len(lines(h.path("up.log"), ERROR_LINE)) == 1, "more than one error line for one fault:\n  %s" %
-                "\n  ".join(lines(h.path("up.log"), ERROR_LINE)[:5]))
+        errors = tallyctl.log_lines(h.path("up.log"), ERROR_LINE)
+        h.check(len(errors) == 1, "more than one error line for one fault:\n  %s" % "\n  ".join(errors[:5]))
         os.remove(fault)
         log("fault off after %.1f s of failing writes" % (time.monotonic() - t_fault))
         tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-        resumed = lines(h.path("up.log"), RESUMED_LINE)
+        resumed = tallyctl.log_lines(h.path("up.log"), RESUMED_LINE)
         h.check(len(resumed) == 1, "expected one line saying the applier resumed, found %d" % len(resumed))
         for l in resumed:
             log("up.log: %s" % l[:260])
@@ -118,8 +113,8 @@ def main():
         # ---- round 2: SIGKILL while writes fail -----------------------------------
         open(fault, "w").close()
         publish(2000)
-        tallyctl.wait_until("the applier to fail again", lambda: len(lines(h.path("up.log"), ERROR_LINE)) >= 2,
-                            timeout=30, proc=up)
+        tallyctl.wait_until("the applier to fail again",
+                            lambda: len(tallyctl.log_lines(h.path("up.log"), ERROR_LINE)) >= 2, timeout=30, proc=up)
         up.kill9()
         client.close()
         os.remove(fault)

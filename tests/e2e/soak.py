@@ -250,20 +250,6 @@ class Reader(threading.Thread):
         self.client.close()
 
 
-def metric(client, name):
-    """The sum of every sample of metric `name` in GET /metrics (with any
-    labels), or None if it is absent."""
-    r = client.get("/metrics")
-    if r.status != 200:
-        return None
-    total, seen = 0.0, False
-    for line in r.text().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-            seen = True
-    return total if seen else None
-
-
 def http_statuses(client):
     """{status code: count} from tally_http_requests_total."""
     r = client.get("/metrics")
@@ -396,7 +382,7 @@ def main():
         compare_with_model(h, client, w.model)
         h.checkpoint("counts equal the model")
 
-        invalid = metric(client, "tally_router_invalid_total")
+        invalid = tallyctl.metric(client, "tally_router_invalid_total")
         h.check(invalid == 0, "tally_router_invalid_total is %s, want 0" % invalid)
         dlq = [l for l in tallyctl.consume(h.kcat, brokers, tallyctl.DLQ_TOPIC, "%o\n").split("\n") if l]
         h.check(not dlq, "tally.dlq holds %d records, want none" % len(dlq))

@@ -316,6 +316,26 @@ def watermarks(client):
     return r.json()
 
 
+def metric(client, name):
+    """The sum of every sample of metric `name` in GET /metrics (with any
+    labels), or None if it is absent."""
+    r = client.get("/metrics")
+    if r.status != 200:
+        return None
+    total, seen = 0.0, False
+    for line in r.text().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def log_lines(path, needle):
+    """The lines of the log at `path` that contain `needle`."""
+    with open(path, errors="replace") as f:
+        return [l.rstrip("\n") for l in f if needle in l]
+
+
 def end_offsets(report, topic=EVENTS_TOPIC):
     return sum(p["end_offset"] for p in report["partitions"] if p["topic"] == topic)
 
