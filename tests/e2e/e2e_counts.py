@@ -111,6 +111,24 @@ def check_counts(h, client, model, extra_posts=(), extra_users=(), views=True):
                 % (p, u, r.text()))
 
 
+def check_invalid_logged(h, client, n):
+    """Every invalid record is counted, and the log names each one with its
+    partition and offset until a flood: then the first 10 of 10 s, the last
+    of them saying that the next ones are left out."""
+    counted = tallyctl.metric(client, "tally_router_invalid_total")
+    h.check(counted == n, "tally_router_invalid_total is %s, %d invalid records were sent" % (counted, n))
+    lines = tallyctl.log_lines(h.path("up.log"), "invalid record topic=")
+    h.check(min(n, 10) <= len(lines) <= n and all("partition=" in l and "offset=" in l for l in lines),
+            "%d 'invalid record' lines in up.log for %d invalid records:\n  %s" % (
+                len(lines), n, "\n  ".join(lines[:12])))
+    # The records of these tests are routed within a few seconds, inside one
+    # 10 s period: past 10, the rest are left out, and the log says so.
+    if n > 10:
+        h.check(len(lines) < n and any("the next ones are left out" in l for l in lines),
+                "up.log names %d of %d invalid records routed within seconds (want 10, the last saying that "
+                "the next ones are left out)" % (len(lines), n))
+
+
 def check_dlq(h, brokers, invalid):
     want_values = sorted(r.value for r in invalid)
     values = []
@@ -264,9 +282,10 @@ def main():
         h.checkpoint("counts after %d events" % N_EVENTS)
 
         check_dlq(h, brokers, invalid)
+        check_invalid_logged(h, client, len(invalid))
         check_errors(h, client)
         check_post_events(h, client, w.model)
-        h.checkpoint("dead letters, errors and POST /v1/events")
+        h.checkpoint("dead letters, their log lines, errors and POST /v1/events")
 
         # Everything still matches after the POSTed events (nothing else moved).
         check_counts(h, client, w.model, views=False)

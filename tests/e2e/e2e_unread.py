@@ -3,8 +3,9 @@
 `tally broker`, a `tally up`, events published with kcat, resets over HTTP.
 
 Phase 1 publishes mentions, comments, likes, reposts, DMs, follows, posts,
-notices, red dots and views; every user's `GET /v1/users/{id}/unread` must
-equal a reference model. Phase 2 resets every kind over HTTP (notice fills in
+notices, red dots and views, and three notices whose id is not above the
+newest (ignored, counted in tally_applier_stale_notices_total, logged); every
+user's `GET /v1/users/{id}/unread` must equal a reference model. Phase 2 resets every kind over HTTP (notice fills in
 the newest id, red_dot takes ?channel=, feed snapshots the followees' current
 post counts) and checks the answers again. Phase 3 publishes more (new posts
 after the snapshots, an unfollow, newer dots and notices) and checks again,
@@ -157,10 +158,22 @@ def main():
 
         # Phase 1: events with times an hour in the past.
         recs, nid = events(h.rng, 3000, now - 3600_000, model, 100)
+        # Notices whose id is not above the newest: ignored (SPEC: notice ids
+        # strictly increase), counted, logged.
+        stale = [100, nid - 1, nid]
+        for i, sid in enumerate(stale):
+            e = {"type": "notice", "ts": now - 3500_000 + i, "notice_id": sid, "title": "stale %d" % sid}
+            model.apply(e)
+            recs.append((key_of(e), json.dumps(e)))
         tallyctl.publish(h.kcat, brokers, recs)
         published = len(recs)
         tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
         check_all(h, client, model, "after phase 1")
+        counted = tallyctl.metric(client, "tally_applier_stale_notices_total")
+        h.check(counted == len(stale), "tally_applier_stale_notices_total is %s, want %d" % (counted, len(stale)))
+        ignored = tallyctl.log_lines(h.path("up.log"), "ignored, not above the newest notice %d" % nid)
+        h.check(len(ignored) == len(stale), "up.log has %d lines for %d stale notices:\n  %s" % (
+            len(ignored), len(stale), "\n  ".join(ignored)))
         h.check(model.notices and model.dots and model.follows, "the stream exercised every shape")
         h.checkpoint("unread after %d events" % published)
 
