@@ -89,7 +89,8 @@ int RunUp(int argc, char** argv) {
   // The router needs no state. When the cluster check below cannot refuse
   // the state, routing starts while the partitions open (40-80 ms of every
   // start); otherwise only after the check.
-  const bool routing_early = aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
+  const bool routing_early =
+      aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
   if (routing_early) runner.StartRouter();
   auto store_r = OpenState(f, cluster->deltas_partitions, false);
   if (!store_r.ok()) return Fail(command, store_r.status());

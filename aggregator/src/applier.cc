@@ -180,15 +180,18 @@ struct Applier::Rep {
     std::lock_guard<std::mutex> l(derived_wait_mu);
     if (!derived_pending) return derived_status;
     Status st = base::FlushProducer(producer.get(), stop, [](int waited_s) {
-      TALLY_LOG_WARN(kLog, "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
-                     waited_s);
+      TALLY_LOG_WARN(
+          kLog,
+          "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
+          waited_s);
     });
     if (!st.ok()) {
       // Told to stop: the windows stay unwritten; a restart applies their
       // deltas again and derives again.
       derived_pending = false;
       derived_status = Status::Aborted(fmt::format(
-          "{} (derived deltas); the windows waiting for them are applied again on restart", st.message()));
+          "{} (derived deltas); the windows waiting for them are applied again on restart",
+          st.message()));
       return derived_status;
     }
     derived_pending = false;

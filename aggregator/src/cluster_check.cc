@@ -47,7 +47,8 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
   return store->RecordCluster(now);
 }
 
-bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster, bool reset_offsets) {
+bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster,
+                        bool reset_offsets) {
   if (cluster.embedded || reset_offsets) return true;
   auto recorded = store::StateStore::PeekRecordedCluster(dir);
   if (recorded.ok()) return *recorded == cluster.ToString();

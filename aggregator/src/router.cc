@@ -53,7 +53,7 @@ struct Router::Rep {
   };
   std::deque<Generation> generations;  // oldest first; the back one is open
   const std::atomic<bool>* stop = nullptr;  // Run()'s; a flush at stop waits a bounded time
-  bool gave_up = false;  // a flush at stop stopped waiting for the broker
+  bool gave_up = false;                     // a flush at stop stopped waiting for the broker
   uint64_t next_generation = 0;
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
@@ -251,9 +251,10 @@ struct Router::Rep {
       // the full size, and the source coordinates find the rest.
       std::string full = std::to_string(m->len);
       rd_kafka_header_add(h, "tally.value.truncated", -1, full.data(), full.size());
-      TALLY_LOG_WARN_LIMITED(truncated_log, kLog,
-                             "dead letter for topic={} partition={} offset={} keeps {} of its {} bytes",
-                             rd_kafka_topic_name(m->rkt), m->partition, m->offset, dlq_max_value, m->len);
+      TALLY_LOG_WARN_LIMITED(
+          truncated_log, kLog,
+          "dead letter for topic={} partition={} offset={} keeps {} of its {} bytes",
+          rd_kafka_topic_name(m->rkt), m->partition, m->offset, dlq_max_value, m->len);
       len = dlq_max_value;
     }
     std::string value(static_cast<const char*>(m->payload ? m->payload : ""), m->payload ? len : 0);
@@ -268,7 +269,8 @@ struct Router::Rep {
                            : Status::InvalidArgument("empty record (no value)");
     if (!st.ok()) {
       invalid_total->Inc();
-      TALLY_LOG_WARN_LIMITED(invalid_log, kLog, "invalid record topic={} partition={} offset={}: {}", topic,
+      TALLY_LOG_WARN_LIMITED(invalid_log, kLog,
+                             "invalid record topic={} partition={} offset={}: {}", topic,
                              m->partition, m->offset, st.message());
       SendToDlq(m, st.message());
     } else {
@@ -341,9 +343,10 @@ struct Router::Rep {
     });
     if (!st.ok()) {
       gave_up = true;
-      return Status::Aborted(fmt::format(
-          "{} (deltas messages); their input records stay uncommitted and are routed again on restart",
-          st.message()));
+      return Status::Aborted(
+          fmt::format("{} (deltas messages); their input records stay uncommitted and are routed "
+                      "again on restart",
+                      st.message()));
     }
     return Reap(sync_commit);
   }

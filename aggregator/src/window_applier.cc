@@ -146,7 +146,8 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
         stats_.stale_notices++;
         TALLY_LOG_WARN_LIMITED(stale_notice_log_, "applier",
                                "{}/{} offset {}: notice {} ignored, not above the newest notice {}",
-                               deltas_topic_, partition_->id(), offset, d.member, notice_head_.last_id);
+                               deltas_topic_, partition_->id(), offset, d.member,
+                               notice_head_.last_id);
         break;
       }
       notice_head_.last_id = d.member;

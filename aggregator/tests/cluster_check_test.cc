@@ -87,7 +87,8 @@ TEST_F(ClusterCheckTest, OtherRealClusterIsRefusedUnlessResetOffsets) {
 // AttachCannotRefuse() reads the state directory without opening it; it
 // must never say "cannot refuse" where AttachToCluster() refuses.
 TEST_F(ClusterCheckTest, CannotRefuseOnlyWhereAttachAccepts) {
-  EXPECT_TRUE(AttachCannotRefuse((dir_ / "none").string(), External("abc"), false)) << "no state yet";
+  EXPECT_TRUE(AttachCannotRefuse((dir_ / "none").string(), External("abc"), false))
+      << "no state yet";
   Work();  // progress, and no cluster recorded
   EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("abc"), false));
   EXPECT_FALSE(AttachToCluster(store_.get(), External("abc"), false).ok());

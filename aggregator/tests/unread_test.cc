@@ -150,7 +150,9 @@ TEST_F(UnreadTest, AFloodOfStaleNoticesIsCountedButLoggedOnlyAFewTimes) {
   for (uint64_t id = 1; id <= 1000; id++) Notice(id);
   std::string log = testing::internal::GetCapturedStderr();
   size_t lines = 0;
-  for (size_t at = 0; (at = log.find("ignored, not above the newest notice 5000", at)) != std::string::npos; at++) {
+  for (size_t at = 0;
+       (at = log.find("ignored, not above the newest notice 5000", at)) != std::string::npos;
+       at++) {
     lines++;
   }
   EXPECT_EQ(lines, 10u) << log;

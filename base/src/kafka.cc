@@ -219,15 +219,17 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
   const std::string name(topic);
   for (int64_t logical : {int64_t{RD_KAFKA_OFFSET_BEGINNING}, int64_t{RD_KAFKA_OFFSET_END}}) {
     KafkaPartitionList list(rd_kafka_topic_partition_list_new(*n));
-    for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list.get(), name.c_str(), p)->offset = logical;
+    for (int p = 0; p < *n; p++)
+      rd_kafka_topic_partition_list_add(list.get(), name.c_str(), p)->offset = logical;
     rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk, list.get(), timeout_ms);
     if (err) return KafkaStatus(err, fmt::format("watermarks of {}", topic));
     for (int i = 0; i < list->cnt; i++) {
       const rd_kafka_topic_partition_t& e = list->elems[i];
       if (e.err) return KafkaStatus(e.err, fmt::format("watermarks of {}/{}", topic, e.partition));
       if (e.partition < 0 || e.partition >= *n || e.offset < 0) {
-        return Status::Internal(fmt::format("watermarks of {}: the broker answered partition {} offset {}", topic,
-                                            e.partition, e.offset));
+        return Status::Internal(
+            fmt::format("watermarks of {}: the broker answered partition {} offset {}", topic,
+                        e.partition, e.offset));
       }
       PartitionOffsets& po = out[static_cast<size_t>(e.partition)];
       po.partition = e.partition;
@@ -237,15 +239,16 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
   return out;
 }
 
-Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop, const std::function<void(int)>& on_wait) {
+Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
+                     const std::function<void(int)>& on_wait) {
   int stopping_s = 0;
   for (int waited_s = 1; rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR; waited_s++) {
     if (stop != nullptr && stop->load() && ++stopping_s >= kFlushAtStopSeconds) {
       const int left = rd_kafka_outq_len(rk);
       rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_poll(rk, 0);  // the purged records' delivery reports
-      return Status::Aborted(
-          fmt::format("stopping with {} records the broker has not acknowledged in {} s", left, waited_s));
+      return Status::Aborted(fmt::format(
+          "stopping with {} records the broker has not acknowledged in {} s", left, waited_s));
     }
     if (on_wait && waited_s % 30 == 1) on_wait(waited_s);
   }

@@ -31,7 +31,9 @@ TEST(LogLimiterTest, AClockThatGoesBackStartsANewPeriod) {
   EXPECT_TRUE(limiter.Allow(5000, &suffix));
   EXPECT_FALSE(limiter.Allow(5001, &suffix));
   EXPECT_TRUE(limiter.Allow(10, &suffix));
-  EXPECT_EQ(suffix, " (1 similar line left out before this one) (1 line like this in 1 s: the next ones are left out for 1 s)");
+  EXPECT_EQ(suffix,
+            " (1 similar line left out before this one) (1 line like this in 1 s: the next ones "
+            "are left out for 1 s)");
 }
 
 TEST(LogLimiterTest, TheMacroWritesTheBurstAndSaysWhenItStops) {
@@ -40,7 +42,8 @@ TEST(LogLimiterTest, TheMacroWritesTheBurstAndSaysWhenItStops) {
   for (int i = 0; i < 50; i++) TALLY_LOG_WARN_LIMITED(limiter, "test", "record {} is bad", i);
   std::string out = testing::internal::GetCapturedStderr();
   EXPECT_NE(out.find("WARN  test: record 0 is bad\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("WARN  test: record 1 is bad (2 lines like this in 60 s: the next ones are left out for 60 s)\n"),
+  EXPECT_NE(out.find("WARN  test: record 1 is bad (2 lines like this in 60 s: the next ones are "
+                     "left out for 60 s)\n"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("record 2 is bad"), std::string::npos) << out;

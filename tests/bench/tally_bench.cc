@@ -543,9 +543,9 @@ Status Bench::Freshness(Result_* r) {
 
   Process load;
   auto largs = TallyArgs({"produce", "--brokers", brokers_, "--gen", std::to_string(total),
-                                              "--rate", fmt::format("{:.0f}", rate), "--seed",
-                                              std::to_string(f_.seed + 1), "--users", std::to_string(f_.users),
-                                              "--posts", std::to_string(f_.keys), "--log-level", "warn"});
+                          "--rate", fmt::format("{:.0f}", rate), "--seed",
+                          std::to_string(f_.seed + 1), "--users", std::to_string(f_.users),
+                          "--posts", std::to_string(f_.keys), "--log-level", "warn"});
   // Producers run elsewhere in a deployment; here the generator shares the
   // cores with tally, at tally's priority unless --load-nice says otherwise.
   if (f_.load_nice != 0) largs.insert(largs.begin(), {"nice", "-n", std::to_string(f_.load_nice)});
@@ -680,7 +680,8 @@ Status Bench::Freshness(Result_* r) {
   // window more than 3 % short of the rate did not carry the load.
   r->met = lost == 0 && r->p99_ms <= 250 && achieved >= 0.97 * rate;
   if (achieved < 0.97 * rate) {
-    Progress(fmt::format("freshness: the load reached {:.0f} events/s of the {:.0f} asked for", achieved, rate));
+    Progress(fmt::format("freshness: the load reached {:.0f} events/s of the {:.0f} asked for",
+                         achieved, rate));
   }
   return Status::Ok();
 }
@@ -1145,8 +1146,8 @@ int Main(int argc, char** argv) {
   flags.Int("seed", &f.seed, "seed of the synthetic workload");
   flags.Int("freshness-rate", &f.freshness_rate, "freshness: events/s of the steady load (0: half the ingest rate)");
   flags.Int("load-nice", &f.load_nice,
-            "freshness: nice value of the load generator (0: tally's priority; a positive value lets tally's "
-            "threads run first, as with producers on other machines)");
+            "freshness: nice value of the load generator (0: tally's priority; a positive value "
+            "lets tally's threads run first, as with producers on other machines)");
   flags.Bool("keep", &f.keep, "keep the work directory");
   flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
   bool help = false;

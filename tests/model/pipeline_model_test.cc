@@ -652,14 +652,15 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
   while (running.load() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(45)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double stop_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(rd_kafka_mock_broker_set_up(mock_, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
   for (auto& t : threads_) t.join();
   threads_.clear();
   publishing.store(false);
   publisher.join();
-  std::printf("stopped in %.2f s; router: %s; applier: %s\n", stop_s, statuses[0].ToString().c_str(),
-              statuses[1].ToString().c_str());
+  std::printf("stopped in %.2f s; router: %s; applier: %s\n", stop_s,
+              statuses[0].ToString().c_str(), statuses[1].ToString().c_str());
   EXPECT_LT(stop_s, 30.0) << "the pipeline waited for the broker after it was told to stop";
   for (const base::Status& st : statuses) {
     EXPECT_TRUE(st.ok() || st.code() == base::StatusCode::kAborted) << st.ToString();

@@ -27,6 +27,7 @@ base::Status AttachToCluster(store::StateStore* store, const base::ClusterIdenti
 // state yet (`dir` missing or empty). False when it might refuse, or `dir`
 // cannot be read. Lets a caller start work that needs no state (routing)
 // while the state opens.
-bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster, bool reset_offsets);
+bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster,
+                        bool reset_offsets);
 
 }  // namespace tally::aggregator

@@ -120,7 +120,8 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
 // a restart to redo. OK when all is acknowledged. `stop` may be null (wait
 // until acknowledged). Safe to call from any thread that may poll `rk`.
 inline constexpr int kFlushAtStopSeconds = 5;
-Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop, const std::function<void(int)>& on_wait);
+Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
+                     const std::function<void(int)>& on_wait);
 
 // Creates each of `topics` that does not exist yet with `partitions`
 // partitions and the given replication factor (-1: broker default), through

@@ -55,12 +55,13 @@ class LogLimiter {
     passed_++;
     suffix->clear();
     if (dropped_ > 0) {
-      *suffix = fmt::format(" ({} similar line{} left out before this one)", dropped_, dropped_ == 1 ? "" : "s");
+      *suffix = fmt::format(" ({} similar line{} left out before this one)", dropped_,
+                            dropped_ == 1 ? "" : "s");
     }
     dropped_ = 0;
     if (passed_ == burst_) {
-      *suffix += fmt::format(" ({} line{} like this in {} s: the next ones are left out for {} s)", burst_,
-                             burst_ == 1 ? "" : "s", period_ms_ / 1000,
+      *suffix += fmt::format(" ({} line{} like this in {} s: the next ones are left out for {} s)",
+                             burst_, burst_ == 1 ? "" : "s", period_ms_ / 1000,
                              (period_start_ms_ + period_ms_ - now_ms + 999) / 1000);
     }
     return true;
@@ -87,12 +88,12 @@ class LogLimiter {
 #define TALLY_LOG_ERROR(component, ...) TALLY_LOG_AT(::tally::base::LogLevel::kError, component, __VA_ARGS__)
 
 // A warning through a LogLimiter (which must outlive the call).
-#define TALLY_LOG_WARN_LIMITED(limiter, component, ...)                                             \
-  do {                                                                                              \
-    std::string tally_suffix_;                                                                      \
-    if (::tally::base::LogEnabled(::tally::base::LogLevel::kWarn) &&                                \
-        (limiter).Allow(::tally::base::SteadyMs(), &tally_suffix_)) {                               \
-      ::tally::base::LogLine(::tally::base::LogLevel::kWarn, component,                             \
-                             ::fmt::format(__VA_ARGS__) + tally_suffix_);                           \
-    }                                                                                               \
+#define TALLY_LOG_WARN_LIMITED(limiter, component, ...)                   \
+  do {                                                                    \
+    std::string tally_suffix_;                                            \
+    if (::tally::base::LogEnabled(::tally::base::LogLevel::kWarn) &&      \
+        (limiter).Allow(::tally::base::SteadyMs(), &tally_suffix_)) {     \
+      ::tally::base::LogLine(::tally::base::LogLevel::kWarn, component,   \
+                             ::fmt::format(__VA_ARGS__) + tally_suffix_); \
+    }                                                                     \
   } while (0)
