@@ -1,6 +1,8 @@
 #include "embedded_broker.h"
 
 #include <fmt/core.h>
+#include <pthread.h>
+#include <signal.h>
 #include <syslog.h>
 
 #include <random>
@@ -142,7 +144,18 @@ base::Result<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   if (!host.ok()) return host.status().WithContext("embedded broker");
   rep->host = std::move(host).value();
 
-  rep->mock = rd_kafka_mock_cluster_new(rep->host.get(), 1);
+  // The mock cluster's thread ends for good when a signal interrupts its
+  // poll() ("Mock cluster failed to poll ...: Interrupted system call"),
+  // and the broker can then no longer be stopped: SIGTERM or SIGUSR1 could
+  // land on it. It is started with every signal blocked, as librdkafka
+  // starts its client threads; the process's handlers run elsewhere.
+  {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rep->mock = rd_kafka_mock_cluster_new(rep->host.get(), 1);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
   if (!rep->mock) {
     return base::Status::Internal(
         "embedded broker: librdkafka could not create the mock cluster (see the log above)");

@@ -4,8 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -237,6 +246,54 @@ TEST_F(EmbeddedBrokerTest, StopIsIdempotentAndFreesThePort) {
   auto again = EmbeddedBroker::Start(options);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_NE((*again)->incarnation(), broker_->incarnation());
+}
+
+// Thread ids of this process whose name (comm) is `name`.
+std::vector<pid_t> ThreadsNamed(const std::string& name) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string n;
+    if (std::getline(comm, n) && n == name) out.push_back(std::stoi(e.path().filename().string()));
+  }
+  return out;
+}
+
+// A process-directed SIGTERM or SIGUSR1 may be handed to any thread that
+// does not block it. The mock cluster's thread ends for good when a signal
+// interrupts its poll(), and the broker could then never be stopped (tally
+// broker hung on SIGTERM right after a SIGUSR1). Its thread must block them.
+TEST_F(EmbeddedBrokerTest, ASignalToTheMockClustersThreadDoesNotEndIt) {
+  // A handler without SA_RESTART, as the process's own SIGINT/SIGTERM ones.
+  struct sigaction sa {}, old {};
+  sa.sa_handler = [](int) {};
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  std::vector<pid_t> mock_threads = ThreadsNamed("rdk:mock");
+  ASSERT_EQ(mock_threads.size(), 1u);
+  for (int i = 0; i < 5; i++) {
+    if (syscall(SYS_tgkill, getpid(), mock_threads[0], SIGUSR2) != 0) break;  // gone
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ThreadsNamed("rdk:mock"), mock_threads) << "the mock cluster's thread ended on a signal";
+  // It still serves: a client gets metadata through it.
+  auto rk = base::MakeKafkaHandle(
+      RD_KAFKA_PRODUCER, base::MakeKafkaConf(RD_KAFKA_PRODUCER, Kafka(), {}).value());
+  ASSERT_TRUE(rk.ok());
+  EXPECT_TRUE(base::PartitionCount(rk->get(), "tally.events", 5000).ok());
+  rk->reset();
+  // And stops: done on a thread of its own, so a hang fails the test
+  // instead of holding it (the thread is then left behind).
+  std::atomic<bool> stopped{false};
+  std::thread([this, &stopped] {
+    broker_->Stop();
+    stopped.store(true);
+  }).detach();
+  for (int i = 0; i < 250 && !stopped.load(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGUSR2, &old, nullptr);
+  ASSERT_TRUE(stopped.load()) << "the embedded broker did not stop within 5 s";
 }
 
 TEST_F(EmbeddedBrokerTest, BadOptionsAreRejected) {
