@@ -3,9 +3,12 @@
 // `tally <command> [flags]`; see Usage() and SPEC.md section 5.
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include "base/kafka.h"
+#include "base/log.h"
 #include "base/shutdown.h"
 #include "commands.h"
 
@@ -68,7 +71,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : kCommands) {
-    if (c.name == command) return c.run(argc - 2, argv + 2);
+    if (c.name != command) continue;
+    const int rc = c.run(argc - 2, argv + 2);
+    // A consumer that gave up on an unreachable broker at stop is destroyed
+    // in the background; librdkafka waits up to a minute for its answers.
+    // Nothing it holds is needed (what it did not commit is redone on
+    // restart), so the process does not wait that long for it.
+    if (int left = tally::base::AwaitBackgroundDestroys(1000); left > 0) {
+      TALLY_LOG_WARN("kafka", "exiting without waiting for {} Kafka client(s) still waiting for the broker",
+                     left);
+      std::fflush(nullptr);
+      std::_Exit(rc);
+    }
+    return rc;
   }
   std::fprintf(stderr, "tally: unknown command '%s'\n\n", argv[1]);
   PrintUsage(stderr);

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <deque>
@@ -53,7 +54,7 @@ struct Router::Rep {
   };
   std::deque<Generation> generations;  // oldest first; the back one is open
   const std::atomic<bool>* stop = nullptr;  // Run()'s; a flush at stop waits a bounded time
-  bool gave_up = false;                     // a flush at stop stopped waiting for the broker
+  bool gave_up = false;  // a flush at stop stopped waiting for the broker or its coordinator
   uint64_t next_generation = 0;
   int64_t first_pending_ms = -1;
   size_t pending_bytes = 0;
@@ -138,6 +139,44 @@ struct Router::Rep {
   // thread). A router that never gets near the bound (caught up) never
   // asks. Later librdkafka releases fix this (fetch.queue.backoff.ms).
   rd_kafka_queue_t* consumer_queue = nullptr;  // owned by Run()
+  // Offset commits are answered on a queue of their own, so a wait for them
+  // is bounded. librdkafka keeps a commit that finds no group coordinator
+  // (an outage) until one answers or session.timeout.ms passes, and neither
+  // a synchronous rd_kafka_commit() nor rd_kafka_consumer_close() returns
+  // before: a stop during an outage waited for the broker to come back.
+  rd_kafka_queue_t* commit_queue = nullptr;  // owned by Run()
+  int commits_in_flight = 0;
+  base::LogLimiter commit_log{10, 10000};
+
+  // Takes the answers to offset commits, waiting up to `timeout_ms` for the
+  // last one. True when none is in flight any more.
+  bool ServeCommits(int timeout_ms) {
+    const int64_t deadline = base::SteadyMs() + timeout_ms;
+    while (commits_in_flight > 0) {
+      const int64_t left = deadline - base::SteadyMs();
+      rd_kafka_event_t* ev = rd_kafka_queue_poll(commit_queue, static_cast<int>(std::max<int64_t>(left, 0)));
+      if (ev == nullptr) {
+        if (left <= 0) break;
+        continue;
+      }
+      if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT) {
+        commits_in_flight--;
+        rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          // The request went through; a partition may still have failed.
+          if (const auto* list = rd_kafka_event_topic_partition_list(ev)) {
+            for (int i = 0; i < list->cnt && !err; i++) err = list->elems[i].err;
+          }
+        }
+        if (err) {
+          // The deltas are safe in the log; an uncommitted offset only means re-routing later.
+          TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+        }
+      }
+      rd_kafka_event_destroy(ev);
+    }
+    return commits_in_flight == 0;
+  }
   uint32_t since_fetch_check = 0;
   bool fetcher_may_sleep = false;
   int64_t last_fetch_poke_ms = 0;
@@ -304,7 +343,10 @@ struct Router::Rep {
   // Commits the offsets of the acknowledged generations, oldest first, and
   // forgets them. After a delivery failure nothing more is committed: a
   // restart re-routes from the last committed offsets (the applier drops
-  // what it already has).
+  // what it already has). With `sync_commit` it also waits, at most
+  // base::kFlushAtStopSeconds, for every commit in flight to be answered;
+  // told to stop and still waiting then, it gives up (Aborted), and the
+  // consumer is closed without waiting for them either.
   Status Reap(bool sync_commit) {
     if (!first_failure.empty()) return Status::Unavailable(first_failure);
     Offsets done;
@@ -312,16 +354,35 @@ struct Router::Rep {
       for (const auto& [tp, next] : generations.front().offsets) done[tp] = next;
       generations.pop_front();
     }
-    if (done.empty()) return Status::Ok();
-    base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
-    for (const auto& [tp, next] : done) {
-      rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    if (!done.empty()) {
+      base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
+      for (const auto& [tp, next] : done) {
+        rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+      }
+      rd_kafka_resp_err_t err = rd_kafka_commit_queue(consumer.get(), list.get(), commit_queue, nullptr, nullptr);
+      if (err) {
+        TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+      } else {
+        commits_in_flight++;
+      }
     }
-    rd_kafka_resp_err_t err = rd_kafka_commit(consumer.get(), list.get(), sync_commit ? 0 : 1);
-    if (err && sync_commit) {
-      // The deltas are safe in the log; an uncommitted offset only means re-routing later.
-      TALLY_LOG_WARN(kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+    if (!sync_commit) {
+      ServeCommits(0);
+      return Status::Ok();
     }
+    constexpr int kWaitS = base::kFlushAtStopSeconds;
+    if (ServeCommits(kWaitS * 1000)) return Status::Ok();
+    if (stop != nullptr && stop->load()) {
+      gave_up = true;
+      return Status::Aborted(fmt::format(
+          "stopping with {} input offset commits the group coordinator has not answered in {} s; "
+          "the records they cover are routed again on restart",
+          commits_in_flight, kWaitS));
+    }
+    TALLY_LOG_WARN(kLog,
+                   "{} input offset commits not answered in {} s; going on (a router that stops "
+                   "before they are answered leaves those records to be routed again)",
+                   commits_in_flight, kWaitS);
     return Status::Ok();
   }
 
@@ -407,10 +468,11 @@ Status Router::Run(const std::atomic<bool>* stop) {
   r.consumer = std::move(consumer).value();
   rd_kafka_poll_set_consumer(r.consumer.get());
   r.consumer_queue = rd_kafka_queue_get_consumer(r.consumer.get());
+  r.commit_queue = rd_kafka_queue_new(r.consumer.get());
   struct QueueRelease {
     rd_kafka_queue_t* q;
     ~QueueRelease() { if (q) rd_kafka_queue_destroy(q); }
-  } release_queue{r.consumer_queue};
+  } release_queue{r.consumer_queue}, release_commits{r.commit_queue};
 
   std::string joined;
   for (const auto& t : r.o.input_topics) joined += (joined.empty() ? "" : ",") + t;
@@ -484,12 +546,16 @@ Status Router::Run(const std::atomic<bool>* stop) {
   if (result.ok()) result = r.Flush(/*sync_commit=*/true);
   if (r.gave_up) {
     // The broker is away. Leaving the group would wait for its coordinator
-    // (up to session.timeout.ms): close without leaving, and the group lets
-    // this member go when its session expires. What the broker did not
-    // take is routed again on restart.
-    rd_kafka_queue_destroy(release_queue.q);
-    release_queue.q = nullptr;
-    rd_kafka_destroy_flags(r.consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    // (up to session.timeout.ms), and so would the commits in flight: close
+    // without leaving, and the group lets this member go when its session
+    // expires. What the broker did not take is routed again on restart.
+    for (QueueRelease* qr : {&release_queue, &release_commits}) {
+      rd_kafka_queue_destroy(qr->q);
+      qr->q = nullptr;
+    }
+    // The destroy itself still waits for the commits in flight: it runs on
+    // a thread of its own (and the process may exit before it ends).
+    base::DestroyInBackground(std::move(r.consumer), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   } else {
     // Leaving the group revokes the partitions, whose callback flushes
     // again (and commits).

@@ -6,7 +6,10 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace tally::base {
 
@@ -253,6 +256,41 @@ Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
     if (on_wait && waited_s % 30 == 1) on_wait(waited_s);
   }
   return Status::Ok();
+}
+
+namespace {
+struct BackgroundDestroys {
+  std::mutex mu;
+  std::condition_variable done;
+  int running = 0;
+};
+// Never destroyed: a destroy may still run while the process exits.
+BackgroundDestroys& Destroys() {
+  static auto* d = new BackgroundDestroys;
+  return *d;
+}
+}  // namespace
+
+void DestroyInBackground(KafkaHandle rk, int flags) {
+  if (!rk) return;
+  BackgroundDestroys& d = Destroys();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.running++;
+  }
+  std::thread([h = rk.release(), flags, &d] {
+    rd_kafka_destroy_flags(h, flags);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.running--;
+    d.done.notify_all();
+  }).detach();
+}
+
+int AwaitBackgroundDestroys(int timeout_ms) {
+  BackgroundDestroys& d = Destroys();
+  std::unique_lock<std::mutex> lock(d.mu);
+  d.done.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&d] { return d.running == 0; });
+  return d.running;
 }
 
 Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int partitions,

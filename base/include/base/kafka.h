@@ -123,6 +123,21 @@ inline constexpr int kFlushAtStopSeconds = 5;
 Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
                      const std::function<void(int)>& on_wait);
 
+// Destroys `rk` (rd_kafka_destroy_flags with `flags`) on a thread of its own
+// and returns at once. For a consumer that gave up on its group coordinator:
+// librdkafka's destroy waits for every offset commit in flight to be
+// answered, or to time out (socket.timeout.ms, 60 s by default, or
+// session.timeout.ms for one still looking for a coordinator), even with
+// RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE, and a stop during an outage must
+// not. Nothing may poll `rk` any more; callbacks are not served.
+void DestroyInBackground(KafkaHandle rk, int flags);
+
+// Waits up to `timeout_ms` for the destroys DestroyInBackground() started;
+// returns how many are still waiting (0: all done). A process that exits
+// with some left must leave with std::_Exit: their threads are still in
+// librdkafka.
+int AwaitBackgroundDestroys(int timeout_ms);
+
 // Creates each of `topics` that does not exist yet with `partitions`
 // partitions and the given replication factor (-1: broker default), through
 // the admin API. Existing topics are left as they are. For real clusters;
