@@ -14,7 +14,9 @@ clients POST /v1/events to `tally up`. Then:
 - then, with a second kcat stream in flight, the broker goes down again and tally
   up gets SIGTERM: it stops within 20 s (exit 0, or 1 when it left
   unacknowledged work uncommitted), and once the broker is back a restarted
-  tally up applies what was left: every count equals the model again.
+  tally up applies what was left: every count equals the model again;
+- the same with the broker frozen (SIGSTOP: connections open, nothing
+  answered, as in a network partition) instead of down.
 
   python3 e2e_outage.py --tally build/tally [--seed N] [--down-seconds 10]
 """
@@ -206,12 +208,54 @@ def main():
         e2e_crash.compare_with_model(h, client, w.model, "after SIGTERM during an outage and a restart")
         h.checkpoint("a stop during an outage")
 
+        # ---- SIGTERM while the broker is frozen --------------------------------
+        # SIGSTOP to tally broker: its connections stay open and nothing is
+        # answered, as in a network partition that drops packets, so no client
+        # sees an error; whatever tally up had in flight (deltas, derived
+        # deltas, offset commits) waits. It must still stop within 20 s, and a
+        # restart once the broker answers again must lose and double nothing.
+        records3 = w.stream(KCAT_EVENTS // 2)
+        feeder3 = e2e_crash.Feeder(h, brokers, records3, h.seed + 3, 6, kcat_extra=["-E"])
+        feeder3.start()
+        applied_before = tallyctl.applied_offsets(tallyctl.watermarks(client))
+        tallyctl.wait_until("the pipeline to apply the third stream", lambda: tallyctl.applied_offsets(
+            tallyctl.watermarks(client)) > applied_before + 300, timeout=60, proc=up)
+        total += len(records3)
+        # Frozen while a slice the feeder just wrote is on its way through
+        # (kcat, router, deltas, applier, offset commits: tens of ms).
+        written = feeder3.written
+        tallyctl.wait_until("the feeder to write a slice", lambda: feeder3.written > written, timeout=10,
+                           interval=0.001)
+        time.sleep(h.rng.uniform(0.0, 0.06))
+        broker.popen.send_signal(tallyctl.signal.SIGSTOP)
+        time.sleep(h.rng.uniform(0.0, 0.5))
+        t0 = time.monotonic()
+        rc, clean = up.stop(grace=60)
+        took = time.monotonic() - t0
+        log("tally up stopped %.1f s after SIGTERM while the broker was frozen, exit %s" % (took, rc))
+        h.check(clean and took < 20 and rc in (0, 1),
+                "tally up on SIGTERM while the broker is frozen: exit %s after %.1f s (want 0 or 1 within 20 s)"
+                % (rc, took))
+        broker.popen.send_signal(tallyctl.signal.SIGCONT)
+        feeder3.join(timeout=300)
+        if feeder3.is_alive():
+            raise tallyctl.TestFailure("kcat did not finish the third stream within 300 s")
+        if feeder3.error:
+            raise feeder3.error
+        up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4,
+                                log_name="up-frozen.log")
+        report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
+        h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
+            tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
+        e2e_crash.compare_with_model(h, client, w.model, "after SIGTERM while the broker was frozen and a restart")
+        h.checkpoint("a stop while the broker is frozen")
+
         rc, clean = up.stop(grace=30)
         h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
         rc, clean = broker.stop(grace=30)
         h.check(clean and rc == 0, "tally broker on SIGTERM: exit %s" % rc)
         log("events checked: %d published (%d via kcat incl. 10 invalid, %d via POST); lost 0, doubled 0" % (
-            total, len(records) + len(records2), accepted))
+            total, len(records) + len(records2) + len(records3), accepted))
         h.finish_checks("e2e_outage")
         log("total %.0f s" % (time.monotonic() - t_begin))
 
