@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     // Nothing it holds is needed (what it did not commit is redone on
     // restart), so the process does not wait that long for it.
     if (int left = tally::base::AwaitBackgroundDestroys(1000); left > 0) {
-      TALLY_LOG_WARN("kafka", "exiting without waiting for {} Kafka client(s) still waiting for the broker",
+      TALLY_LOG_WARN("kafka",
+                     "exiting without waiting for {} Kafka client(s) still waiting for the broker",
                      left);
       std::fflush(nullptr);
       std::_Exit(rc);

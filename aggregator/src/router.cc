@@ -154,7 +154,8 @@ struct Router::Rep {
     const int64_t deadline = base::SteadyMs() + timeout_ms;
     while (commits_in_flight > 0) {
       const int64_t left = deadline - base::SteadyMs();
-      rd_kafka_event_t* ev = rd_kafka_queue_poll(commit_queue, static_cast<int>(std::max<int64_t>(left, 0)));
+      rd_kafka_event_t* ev =
+          rd_kafka_queue_poll(commit_queue, static_cast<int>(std::max<int64_t>(left, 0)));
       if (ev == nullptr) {
         if (left <= 0) break;
         continue;
@@ -170,7 +171,8 @@ struct Router::Rep {
         }
         if (err) {
           // The deltas are safe in the log; an uncommitted offset only means re-routing later.
-          TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+          TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}",
+                                 rd_kafka_err2str(err));
         }
       }
       rd_kafka_event_destroy(ev);
@@ -355,13 +357,16 @@ struct Router::Rep {
       generations.pop_front();
     }
     if (!done.empty()) {
-      base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
+      base::KafkaPartitionList list(
+          rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
       for (const auto& [tp, next] : done) {
         rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
       }
-      rd_kafka_resp_err_t err = rd_kafka_commit_queue(consumer.get(), list.get(), commit_queue, nullptr, nullptr);
+      rd_kafka_resp_err_t err =
+          rd_kafka_commit_queue(consumer.get(), list.get(), commit_queue, nullptr, nullptr);
       if (err) {
-        TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}", rd_kafka_err2str(err));
+        TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}",
+                               rd_kafka_err2str(err));
       } else {
         commits_in_flight++;
       }

@@ -3,7 +3,6 @@
 #include "embedded_broker.h"
 
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -14,8 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/kafka.h"
@@ -265,7 +264,8 @@ std::vector<pid_t> ThreadsNamed(const std::string& name) {
 // broker hung on SIGTERM right after a SIGUSR1). Its thread must block them.
 TEST_F(EmbeddedBrokerTest, ASignalToTheMockClustersThreadDoesNotEndIt) {
   // A handler without SA_RESTART, as the process's own SIGINT/SIGTERM ones.
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = [](int) {};
   sigemptyset(&sa.sa_mask);
   ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
@@ -275,10 +275,11 @@ TEST_F(EmbeddedBrokerTest, ASignalToTheMockClustersThreadDoesNotEndIt) {
     if (syscall(SYS_tgkill, getpid(), mock_threads[0], SIGUSR2) != 0) break;  // gone
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(ThreadsNamed("rdk:mock"), mock_threads) << "the mock cluster's thread ended on a signal";
+  ASSERT_EQ(ThreadsNamed("rdk:mock"), mock_threads)
+      << "the mock cluster's thread ended on a signal";
   // It still serves: a client gets metadata through it.
-  auto rk = base::MakeKafkaHandle(
-      RD_KAFKA_PRODUCER, base::MakeKafkaConf(RD_KAFKA_PRODUCER, Kafka(), {}).value());
+  auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER,
+                                  base::MakeKafkaConf(RD_KAFKA_PRODUCER, Kafka(), {}).value());
   ASSERT_TRUE(rk.ok());
   EXPECT_TRUE(base::PartitionCount(rk->get(), "tally.events", 5000).ok());
   rk->reset();

@@ -1,8 +1,5 @@
 #include "base/kafka.h"
 
-#include "base/kafka_health.h"
-#include "base/log.h"
-
 #include <fmt/core.h>
 
 #include <chrono>
@@ -10,6 +7,9 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+
+#include "base/kafka_health.h"
+#include "base/log.h"
 
 namespace tally::base {
 

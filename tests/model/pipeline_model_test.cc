@@ -673,7 +673,6 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
   ExpectConverges(store_.get());
 }
 
-
 // The broker takes records but its group coordinator does not answer offset
 // commits (a coordinator that moved or hangs; in an outage commits wait for a
 // coordinator the same way). A stop must not wait for those answers: the
@@ -681,7 +680,8 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
 // again and counts them once.
 TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLosesNothing) {
   for (bool whole_topics : {true, false}) {
-    SCOPED_TRACE(whole_topics ? "tally up's router (whole topics)" : "tally aggregate's router (group)");
+    SCOPED_TRACE(whole_topics ? "tally up's router (whole topics)"
+                              : "tally aggregate's router (group)");
     rng_seeded_flush_ = rng_();
     std::atomic<int> running{2};
     std::vector<base::Status> statuses(2);
