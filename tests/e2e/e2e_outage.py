@@ -158,7 +158,8 @@ def main():
         h.check(tallyctl.end_offsets(report) == total, "%s holds %d records; %d were published (%d by kcat, %d "
                 "accepted over HTTP)" % (tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total, len(records),
                                          accepted))
-        e2e_crash.compare_with_model(h, client, w.model, "after a %.0f s broker outage" % down_for)
+        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
+                                     "after a %.0f s broker outage" % down_for)
         h.checkpoint("every count after the outage")
 
         lost = tallyctl.log_lines(h.path("up.log"), "lost Kafka at")
@@ -205,7 +206,8 @@ def main():
         report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
         h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
             tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
-        e2e_crash.compare_with_model(h, client, w.model, "after SIGTERM during an outage and a restart")
+        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
+                                     "after SIGTERM during an outage and a restart")
         h.checkpoint("a stop during an outage")
 
         # ---- SIGTERM while the broker is frozen --------------------------------
@@ -247,7 +249,8 @@ def main():
         report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
         h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
             tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
-        e2e_crash.compare_with_model(h, client, w.model, "after SIGTERM while the broker was frozen and a restart")
+        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
+                                     "after SIGTERM while the broker was frozen and a restart")
         h.checkpoint("a stop while the broker is frozen")
 
         rc, clean = up.stop(grace=30)

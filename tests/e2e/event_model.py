@@ -195,6 +195,7 @@ class Workload:
         self.user_ids = list(range(1, n_users + 1)) + [MAX_ID]
         self.author = {p: rng.choice(self.user_ids) for p in self.post_ids}
         self.seq = 0
+        self.emitted = {}  # value of every valid record made -> its event (ts makes each unique)
         self.mix = mix or {
             "post": 7,
             "post_delete": 3,
@@ -319,7 +320,9 @@ class Workload:
             out["id"] = "trace-%d" % self.seq
         elif r < 0.08:
             out["x_extra"] = {"nested": [1, "two", None], "flag": True}
-        return Record(str(key), json.dumps(out, separators=(",", ":")), ev)
+        rec = Record(str(key), json.dumps(out, separators=(",", ":")), ev)
+        self.emitted[rec.value] = ev
+        return rec
 
     def invalid(self, i=None):
         """A record that must not be applied and must reach tally.dlq."""
