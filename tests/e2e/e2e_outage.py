@@ -56,6 +56,37 @@ def body_of(batch):
     return "[" + ",".join(r.value for r in batch) + "]"
 
 
+def stream_under_way(h, brokers, w, up, client, seed, seconds, applied):
+    """Starts kcat (-E: it keeps its records through an outage) on a stream
+    of KCAT_EVENTS/2 new events over `seconds`, and returns (records, feeder)
+    once the pipeline has applied `applied` more input records."""
+    records = w.stream(KCAT_EVENTS // 2)
+    feeder = e2e_crash.Feeder(h, brokers, records, seed, seconds, kcat_extra=["-E"])
+    feeder.start()
+    before = tallyctl.applied_offsets(tallyctl.watermarks(client))
+    tallyctl.wait_until("the pipeline to apply %d records of the new stream" % applied,
+                        lambda: tallyctl.applied_offsets(tallyctl.watermarks(client)) > before + applied,
+                        timeout=60, proc=up)
+    return records, feeder
+
+
+def restart_and_compare(h, brokers, w, feeder, total, log_name, what):
+    """After a stop: waits for `feeder` to publish all, starts tally up again
+    on the same state, waits for lag 0 and compares every count with the
+    model of what tally.events holds. Returns the new (up, client)."""
+    feeder.join(timeout=300)
+    if feeder.is_alive():
+        raise tallyctl.TestFailure("kcat did not finish its stream within 300 s (%s)" % what)
+    if feeder.error:
+        raise feeder.error
+    up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4, log_name=log_name)
+    report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
+    h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
+        tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
+    e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w), what)
+    return up, client
+
+
 def main():
     args = tallyctl.parse_args(__doc__, extra_args)
     t_begin = time.monotonic()
@@ -178,12 +209,7 @@ def main():
         # stop: it must stop within seconds (5 s for the acknowledgements it
         # waits for, then it leaves them uncommitted), and a restart once the
         # broker is back must apply what was left, exactly once.
-        records2 = w.stream(KCAT_EVENTS // 2)
-        feeder2 = e2e_crash.Feeder(h, brokers, records2, h.seed + 2, 8, kcat_extra=["-E"])
-        feeder2.start()
-        applied_before = tallyctl.applied_offsets(tallyctl.watermarks(client))
-        tallyctl.wait_until("the pipeline to apply the second stream", lambda: tallyctl.applied_offsets(
-            tallyctl.watermarks(client)) > applied_before + 500, timeout=60, proc=up)
+        records2, feeder2 = stream_under_way(h, brokers, w, up, client, h.seed + 2, 8, applied=500)
         total = len(records) + len(records2) + accepted
         broker.popen.send_signal(tallyctl.signal.SIGUSR1)
         tallyctl.wait_until("/healthz 503 in the second outage", health_says_lost, timeout=8)
@@ -196,18 +222,8 @@ def main():
         for l in tallyctl.log_lines(h.path("up.log"), "stopped"):
             log("up.log: %s" % l[:220])
         broker.popen.send_signal(tallyctl.signal.SIGUSR2)
-        feeder2.join(timeout=300)
-        if feeder2.is_alive():
-            raise tallyctl.TestFailure("kcat did not finish the second stream within 300 s")
-        if feeder2.error:
-            raise feeder2.error
-        up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4,
-                                log_name="up-restart.log")
-        report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
-        h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
-            tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
-        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
-                                     "after SIGTERM during an outage and a restart")
+        up, client = restart_and_compare(h, brokers, w, feeder2, total, "up-restart.log",
+                                         "after SIGTERM during an outage and a restart")
         h.checkpoint("a stop during an outage")
 
         # ---- SIGTERM while the broker is frozen --------------------------------
@@ -216,12 +232,7 @@ def main():
         # sees an error; whatever tally up had in flight (deltas, derived
         # deltas, offset commits) waits. It must still stop within 20 s, and a
         # restart once the broker answers again must lose and double nothing.
-        records3 = w.stream(KCAT_EVENTS // 2)
-        feeder3 = e2e_crash.Feeder(h, brokers, records3, h.seed + 3, 6, kcat_extra=["-E"])
-        feeder3.start()
-        applied_before = tallyctl.applied_offsets(tallyctl.watermarks(client))
-        tallyctl.wait_until("the pipeline to apply the third stream", lambda: tallyctl.applied_offsets(
-            tallyctl.watermarks(client)) > applied_before + 300, timeout=60, proc=up)
+        records3, feeder3 = stream_under_way(h, brokers, w, up, client, h.seed + 3, 6, applied=300)
         total += len(records3)
         # Frozen while a slice the feeder just wrote is on its way through
         # (kcat, router, deltas, applier, offset commits: tens of ms).
@@ -239,18 +250,8 @@ def main():
                 "tally up on SIGTERM while the broker is frozen: exit %s after %.1f s (want 0 or 1 within 20 s)"
                 % (rc, took))
         broker.popen.send_signal(tallyctl.signal.SIGCONT)
-        feeder3.join(timeout=300)
-        if feeder3.is_alive():
-            raise tallyctl.TestFailure("kcat did not finish the third stream within 300 s")
-        if feeder3.error:
-            raise feeder3.error
-        up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4,
-                                log_name="up-frozen.log")
-        report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
-        h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
-            tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
-        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
-                                     "after SIGTERM while the broker was frozen and a restart")
+        up, client = restart_and_compare(h, brokers, w, feeder3, total, "up-frozen.log",
+                                         "after SIGTERM while the broker was frozen and a restart")
         h.checkpoint("a stop while the broker is frozen")
 
         rc, clean = up.stop(grace=30)

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -229,6 +230,31 @@ class PipelineModelTest : public ::testing::Test {
     });
   }
 
+  // The router and the applier with short windows, each on a thread of its
+  // own that leaves its status in (*statuses)[0] and [1] and decrements
+  // *running when its stage returns (a test times the stop by it).
+  void StartStages(bool whole_topics, std::atomic<int>* running,
+                   std::vector<base::Status>* statuses) {
+    stop_.store(false);
+    running->store(2);
+    threads_.emplace_back([this, whole_topics, running, statuses] {
+      aggregator::RouterOptions ro;
+      ro.kafka = kafka_;
+      ro.deltas_partitions = kPartitions;
+      ro.linger_ms = 5;
+      ro.whole_topics = whole_topics;
+      (*statuses)[0] = aggregator::Router(ro).Run(&stop_);
+      (*running)--;
+    });
+    threads_.emplace_back([this, running, statuses] {
+      aggregator::ApplierOptions ao;
+      ao.kafka = kafka_;
+      ao.flush_ms = 5;
+      (*statuses)[1] = aggregator::Applier(ao, store_.get()).Run(&stop_);
+      (*running)--;
+    });
+  }
+
   void StopPipeline() {
     stop_.store(true);
     for (auto& t : threads_) t.join();
@@ -416,6 +442,35 @@ class PipelineModelTest : public ::testing::Test {
            << diff.substr(0, 3000) << Triage();
   }
 
+  // Calls `fn` with every record of `topic` from its start to its end (in
+  // each partition's order) and returns whether every partition's end was
+  // reached within `timeout_s`.
+  bool ForEachRecord(const char* topic, const std::function<void(const rd_kafka_message_t&)>& fn,
+                     int timeout_s = 30) {
+    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_,
+                                    {{"enable.partition.eof", "true"}, {"group.id", "reader"}});
+    auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+    if (!c.ok()) return false;
+    base::KafkaPartitionList l(rd_kafka_topic_partition_list_new(kPartitions));
+    for (int p = 0; p < kPartitions; p++) {
+      rd_kafka_topic_partition_list_add(l.get(), topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    }
+    if (rd_kafka_assign(c->get(), l.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
+    int eofs = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (eofs < kPartitions && std::chrono::steady_clock::now() < deadline) {
+      base::KafkaMessage m(rd_kafka_consumer_poll(c->get(), 100));
+      if (!m) continue;
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        eofs++;
+      } else if (!m->err) {
+        fn(*m);
+      }
+    }
+    rd_kafka_consumer_close(c->get());
+    return eofs == kPartitions;
+  }
+
   // The model of what tally.events holds: every record applied in the log's
   // order within each partition (the events' effects commute across
   // partitions). Across a broker outage an idempotent producer's retry can
@@ -427,39 +482,17 @@ class PipelineModelTest : public ::testing::Test {
   Model ModelFromInput(int* twice) {
     Model m;
     *twice = 0;
-    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_,
-                                    {{"enable.partition.eof", "true"}, {"group.id", "model"}});
-    auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
-    EXPECT_TRUE(c.ok());
-    if (!c.ok()) return m;
-    base::KafkaPartitionList l(rd_kafka_topic_partition_list_new(kPartitions));
-    for (int p = 0; p < kPartitions; p++) {
-      rd_kafka_topic_partition_list_add(l.get(), "tally.events", p)->offset =
-          RD_KAFKA_OFFSET_BEGINNING;
-    }
-    EXPECT_EQ(rd_kafka_assign(c->get(), l.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
     schemas::EventParser parser;
     Event e;
     std::set<int64_t> seen;
-    int eofs = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (eofs < kPartitions && std::chrono::steady_clock::now() < deadline) {
-      base::KafkaMessage msg(rd_kafka_consumer_poll(c->get(), 100));
-      if (!msg) continue;
-      if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        eofs++;
-        continue;
-      }
-      if (msg->err) continue;
-      auto st = parser.Parse(
-          std::string_view(static_cast<const char*>(msg->payload), msg->len), &e);
+    const bool whole = ForEachRecord("tally.events", [&](const rd_kafka_message_t& msg) {
+      auto st = parser.Parse(std::string_view(static_cast<const char*>(msg.payload), msg.len), &e);
       EXPECT_TRUE(st.ok()) << st.ToString();
-      if (!st.ok()) continue;
+      if (!st.ok()) return;
       m.Apply(e);
       if (!seen.insert(e.ts).second) ++*twice;
-    }
-    rd_kafka_consumer_close(c->get());
-    EXPECT_EQ(eofs, kPartitions) << "tally.events could not be read to its end";
+    });
+    EXPECT_TRUE(whole) << "tally.events could not be read to its end";
     EXPECT_EQ(seen.size(), counter_) << "events published that tally.events does not hold";
     return m;
   }
@@ -469,36 +502,17 @@ class PipelineModelTest : public ::testing::Test {
   // holding it (a replay shows it too), or only the live state.
   std::string Triage() {
     std::string out = "\ntriage:\n";
-    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_,
-                                    {{"enable.partition.eof", "true"}, {"group.id", "triage"}});
-    auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
-    if (!c.ok()) return out + "  no consumer\n";
-    base::KafkaPartitionList l(rd_kafka_topic_partition_list_new(kPartitions));
-    for (int p = 0; p < kPartitions; p++) {
-      rd_kafka_topic_partition_list_add(l.get(), "tally.events", p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    }
-    rd_kafka_assign(c->get(), l.get());
     std::map<std::string, std::vector<std::string>> by_ts;  // "ts":N -> partition/offset
-    int eofs = 0;
     int64_t records = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (eofs < kPartitions && std::chrono::steady_clock::now() < deadline) {
-      base::KafkaMessage m(rd_kafka_consumer_poll(c->get(), 100));
-      if (!m) continue;
-      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        eofs++;
-        continue;
-      }
-      if (m->err) continue;
+    ForEachRecord("tally.events", [&](const rd_kafka_message_t& m) {
       records++;
-      std::string_view v(static_cast<const char*>(m->payload), m->len);
+      std::string_view v(static_cast<const char*>(m.payload), m.len);
       size_t at = v.find("\"ts\":17");
-      if (at == std::string_view::npos) continue;
+      if (at == std::string_view::npos) return;
       size_t end = v.find_first_not_of("0123456789", at + 5);
-      by_ts[std::string(v.substr(at, end - at))].push_back(std::to_string(m->partition) + "/" +
-                                                           std::to_string(m->offset));
-    }
-    rd_kafka_consumer_close(c->get());
+      by_ts[std::string(v.substr(at, end - at))].push_back(std::to_string(m.partition) + "/" +
+                                                           std::to_string(m.offset));
+    });
     out += "  tally.events holds " + std::to_string(records) + " records; " +
            std::to_string(counter_) + " valid events were published, and " +
            std::to_string(invalid_) + " invalid records\n";
@@ -586,34 +600,23 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
 
   // The invalid records are in the DLQ, with their reason.
   {
-    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_, {{"enable.partition.eof", "true"}, {"group.id", "dlq-reader"}});
-    ASSERT_TRUE(conf.ok());
-    auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
-    ASSERT_TRUE(c.ok());
-    rd_kafka_poll_set_consumer(c->get());
-    base::KafkaPartitionList l(rd_kafka_topic_partition_list_new(kPartitions));
-    for (int p = 0; p < kPartitions; p++) {
-      rd_kafka_topic_partition_list_add(l.get(), "tally.dlq", p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    }
-    ASSERT_EQ(rd_kafka_assign(c->get(), l.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
-    int dlq = 0, eofs = 0, with_reason = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (eofs < kPartitions && std::chrono::steady_clock::now() < deadline) {
-      base::KafkaMessage m(rd_kafka_consumer_poll(c->get(), 100));
-      if (!m) continue;
-      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) { eofs++; continue; }
-      if (m->err) continue;
-      dlq++;
-      rd_kafka_headers_t* h = nullptr;
-      const void* v; size_t sz;
-      if (!rd_kafka_message_headers(m.get(), &h) && !rd_kafka_header_get_last(h, "tally.reason", &v, &sz) && sz > 0) {
-        with_reason++;
-      }
-    }
+    int dlq = 0, with_reason = 0;
+    EXPECT_TRUE(ForEachRecord(
+        "tally.dlq",
+        [&](const rd_kafka_message_t& m) {
+          dlq++;
+          rd_kafka_headers_t* h = nullptr;
+          const void* v;
+          size_t sz;
+          if (!rd_kafka_message_headers(&m, &h) &&
+              !rd_kafka_header_get_last(h, "tally.reason", &v, &sz) && sz > 0) {
+            with_reason++;
+          }
+        },
+        20));
     // The rewind re-routed everything, so each invalid record may be there twice (at least once).
     EXPECT_GE(dlq, invalid_);
     EXPECT_EQ(with_reason, dlq);
-    rd_kafka_consumer_close(c->get());
   }
 
   // Replay from tally.deltas into an empty directory gives the same state.
@@ -725,23 +728,7 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
   rng_seeded_flush_ = rng_();
   std::atomic<int> running{0};
   std::vector<base::Status> statuses(2);
-  stop_.store(false);
-  running = 2;
-  threads_.emplace_back([&] {
-    aggregator::RouterOptions ro;
-    ro.kafka = kafka_;
-    ro.deltas_partitions = kPartitions;
-    ro.linger_ms = 5;
-    statuses[0] = aggregator::Router(ro).Run(&stop_);
-    running--;
-  });
-  threads_.emplace_back([&] {
-    aggregator::ApplierOptions ao;
-    ao.kafka = kafka_;
-    ao.flush_ms = 5;
-    statuses[1] = aggregator::Applier(ao, store_.get()).Run(&stop_);
-    running--;
-  });
+  StartStages(/*whole_topics=*/false, &running, &statuses);
   // A stream the pipeline is busy with when the broker goes away: the
   // producer keeps what it cannot deliver and delivers it once the broker
   // is back.
@@ -805,25 +792,9 @@ TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLos
     SCOPED_TRACE(whole_topics ? "tally up's router (whole topics)"
                               : "tally aggregate's router (group)");
     rng_seeded_flush_ = rng_();
-    std::atomic<int> running{2};
+    std::atomic<int> running{0};
     std::vector<base::Status> statuses(2);
-    stop_.store(false);
-    threads_.emplace_back([&] {
-      aggregator::RouterOptions ro;
-      ro.kafka = kafka_;
-      ro.deltas_partitions = kPartitions;
-      ro.linger_ms = 5;
-      ro.whole_topics = whole_topics;
-      statuses[0] = aggregator::Router(ro).Run(&stop_);
-      running--;
-    });
-    threads_.emplace_back([&] {
-      aggregator::ApplierOptions ao;
-      ao.kafka = kafka_;
-      ao.flush_ms = 5;
-      statuses[1] = aggregator::Applier(ao, store_.get()).Run(&stop_);
-      running--;
-    });
+    StartStages(whole_topics, &running, &statuses);
     PublishEvents(300, /*with_invalid=*/false);
     ExpectConverges(store_.get());
 
