@@ -139,6 +139,27 @@ struct Router::Rep {
   // thread). A router that never gets near the bound (caught up) never
   // asks. Later librdkafka releases fix this (fetch.queue.backoff.ms).
   rd_kafka_queue_t* consumer_queue = nullptr;  // owned by Run()
+  uint32_t since_fetch_check = 0;
+  bool fetcher_may_sleep = false;
+  int64_t last_fetch_poke_ms = 0;
+
+  void KeepFetcherAwake(const rd_kafka_message_t* m) {
+    constexpr size_t kNearBound = 50000;  // half of queued.min.messages
+    constexpr size_t kLowQueue = 20000;   // messages left to route
+    if (++since_fetch_check < 1024) return;
+    since_fetch_check = 0;
+    const size_t queued = rd_kafka_queue_length(consumer_queue);
+    if (queued >= kNearBound) fetcher_may_sleep = true;
+    if (!fetcher_may_sleep || queued > kLowQueue) return;
+    int64_t now = base::SteadyMs();
+    if (now - last_fetch_poke_ms < 20) return;
+    last_fetch_poke_ms = now;
+    fetcher_may_sleep = false;
+    int64_t low = 0, high = 0;
+    rd_kafka_query_watermark_offsets(consumer.get(), rd_kafka_topic_name(m->rkt), m->partition,
+                                     &low, &high, 100);
+  }
+
   // Offset commits are answered on a queue of their own, so a wait for them
   // is bounded. librdkafka keeps a commit that finds no group coordinator
   // (an outage) until one answers or session.timeout.ms passes, and neither
@@ -178,26 +199,6 @@ struct Router::Rep {
       rd_kafka_event_destroy(ev);
     }
     return commits_in_flight == 0;
-  }
-  uint32_t since_fetch_check = 0;
-  bool fetcher_may_sleep = false;
-  int64_t last_fetch_poke_ms = 0;
-
-  void KeepFetcherAwake(const rd_kafka_message_t* m) {
-    constexpr size_t kNearBound = 50000;  // half of queued.min.messages
-    constexpr size_t kLowQueue = 20000;   // messages left to route
-    if (++since_fetch_check < 1024) return;
-    since_fetch_check = 0;
-    const size_t queued = rd_kafka_queue_length(consumer_queue);
-    if (queued >= kNearBound) fetcher_may_sleep = true;
-    if (!fetcher_may_sleep || queued > kLowQueue) return;
-    int64_t now = base::SteadyMs();
-    if (now - last_fetch_poke_ms < 20) return;
-    last_fetch_poke_ms = now;
-    fetcher_may_sleep = false;
-    int64_t low = 0, high = 0;
-    rd_kafka_query_watermark_offsets(consumer.get(), rd_kafka_topic_name(m->rkt), m->partition,
-                                     &low, &high, 100);
   }
 
   // whole_topics: the partitions of each input topic being routed.
