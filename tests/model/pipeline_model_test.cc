@@ -255,6 +255,18 @@ class PipelineModelTest : public ::testing::Test {
     });
   }
 
+  // Tells the stages StartStages() started to stop and returns the seconds
+  // until both returned, waiting at most `bound_s`.
+  double StopAndTime(const std::atomic<int>& running, int bound_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    stop_.store(true);
+    while (running.load() > 0 &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(bound_s)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   void StopPipeline() {
     stop_.store(true);
     for (auto& t : threads_) t.join();
@@ -753,13 +765,7 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
   EXPECT_EQ(rd_kafka_mock_broker_set_down(mock_, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 
-  const auto t0 = std::chrono::steady_clock::now();
-  stop_.store(true);
-  while (running.load() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(45)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const double stop_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double stop_s = StopAndTime(running, 45);
   EXPECT_EQ(rd_kafka_mock_broker_set_up(mock_, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
   for (auto& t : threads_) t.join();
   threads_.clear();
@@ -806,13 +812,7 @@ TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLos
     PublishEvents(300, /*with_invalid=*/false);
     ExpectConverges(store_.get());
 
-    const auto t0 = std::chrono::steady_clock::now();
-    stop_.store(true);
-    while (running.load() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const double stop_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double stop_s = StopAndTime(running, 60);
     for (auto& t : threads_) t.join();
     threads_.clear();
     std::printf("stopped in %.2f s; router: %s; applier: %s\n", stop_s,
