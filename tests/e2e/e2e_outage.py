@@ -256,6 +256,11 @@ def main():
 
         rc, clean = up.stop(grace=30)
         h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
+        # SIGUSR2 (harmless: the broker is up) to the mock cluster's own
+        # thread, as the kernel may hand it a process-directed signal: an
+        # interrupted poll() used to end that thread, and the stop then hung.
+        tid = tallyctl.signal_thread(broker.pid, "rdk:mock", tallyctl.signal.SIGUSR2)
+        log("SIGUSR2 to thread %d (rdk:mock) of tally broker" % tid)
         rc, clean = broker.stop(grace=30)
         h.check(clean and rc == 0, "tally broker on SIGTERM: exit %s" % rc)
         log("events checked: %d published (%d via kcat incl. 10 invalid, %d via POST); lost 0, doubled 0" % (

@@ -91,6 +91,26 @@ def _child_setup():
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+_SYS_TGKILL = 234  # x86_64
+
+
+def signal_thread(pid, thread_name, sig):
+    """Sends `sig` to the thread of process `pid` named `thread_name` (its
+    /proc comm), as the kernel may hand a process-directed signal to any
+    thread that does not block it. Returns the thread id."""
+    for tid in sorted(os.listdir("/proc/%d/task" % pid)):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != thread_name:
+                    continue
+        except OSError:
+            continue
+        if _libc is None or _libc.syscall(_SYS_TGKILL, pid, int(tid), int(sig)) != 0:
+            raise TestFailure("tgkill %d/%s %s failed (errno %d)" % (pid, tid, sig, ctypes.get_errno()))
+        return int(tid)
+    raise TestFailure("process %d has no thread named %r" % (pid, thread_name))
+
+
 class Proc:
     """A child process whose stdout and stderr go to `log_path` (appended)."""
 
