@@ -3,12 +3,17 @@
 // Prints exactly one line to stdout, "bootstrap: HOST:PORT", once the broker
 // accepts clients (scripts wait for it), then serves until SIGINT/SIGTERM.
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "broker_control.h"
+#include "broker_process.h"
 #include "cli.h"
 #include "commands.h"
 #include "embedded_broker.h"
@@ -20,6 +25,7 @@ int RunBroker(int argc, char** argv) {
   int64_t port = 9092;
   int64_t partitions = 16;
   std::string log_level = "info";
+  std::string state_dir;
   base::FlagSet flags(
       command,
       "Runs only the embedded Kafka-protocol broker (librdkafka's mock cluster) on\n"
@@ -35,6 +41,10 @@ int RunBroker(int argc, char** argv) {
   flags.Int("partitions", &partitions,
             "partitions of tally.events, tally.deltas and tally.dlq (tally.meta has 1)");
   flags.String("log-level", &log_level, "debug, info, warn, error or off");
+  flags.String("state-dir", &state_dir,
+               "serve the state directory DIR: record this broker in DIR/BROKER, where `tally up "
+               "--state-dir DIR` finds it again after a crash, and stop when DIR is removed "
+               "(tally up runs its embedded broker this way)");
   if (int rc = ParseFlagsOrExit(flags, command, argc, argv); rc >= 0) return rc;
   InstallBrokerControlSignals();
   if (auto st = ApplyLogLevel(log_level); !st.ok()) return Fail(command, st, kExitUsage);
@@ -52,15 +62,39 @@ int RunBroker(int argc, char** argv) {
   auto broker = EmbeddedBroker::Start(options);
   if (!broker.ok()) return Fail(command, broker.status());
 
-  std::printf("bootstrap: %s\n", (*broker)->bootstrap().c_str());
+  EmbeddedBroker* b = broker->get();
+  struct stat dir_stat {};
+  if (!state_dir.empty()) {
+    state_dir = std::filesystem::absolute(state_dir).lexically_normal().string();
+    BrokerRecord record{getpid(), b->bootstrap(), b->incarnation()};
+    if (auto st = WriteBrokerRecord(state_dir, record); !st.ok()) return Fail(command, st);
+    stat(state_dir.c_str(), &dir_stat);
+  }
+  std::printf("bootstrap: %s\n", b->bootstrap().c_str());
   std::fflush(stdout);
-  TALLY_LOG_INFO("broker",
-                 "consumer groups against the embedded broker should set session.timeout.ms=6000 "
-                 "and heartbeat.interval.ms=500 (it completes a rebalance only after "
-                 "session.timeout.ms - 1000)");
-  ServeUntilShutdown(broker->get());
+  if (state_dir.empty()) {
+    TALLY_LOG_INFO("broker",
+                   "consumer groups against the embedded broker should set session.timeout.ms=6000 "
+                   "and heartbeat.interval.ms=500 (it completes a rebalance only after "
+                   "session.timeout.ms - 1000)");
+  }
+  // With a state directory, the broker serves only while that directory is
+  // there: a test's or a demo's removed directory leaves no broker behind.
+  auto dir_removed = [&] {
+    if (state_dir.empty()) return false;
+    struct stat now {};
+    if (stat(state_dir.c_str(), &now) == 0 && now.st_ino == dir_stat.st_ino &&
+        now.st_dev == dir_stat.st_dev) {
+      return false;
+    }
+    TALLY_LOG_WARN("broker", "{} was removed: stopping, its log is gone with it", state_dir);
+    return true;
+  };
+  ServeUntilShutdown(BrokerControl{[b](bool up) { return b->SetAvailable(up); }, b->bootstrap()},
+                     dir_removed);
   TALLY_LOG_INFO("broker", "stop requested");
-  (*broker)->Stop();
+  if (!state_dir.empty()) RemoveBrokerRecord(state_dir, getpid());
+  b->Stop();
   return kExitOk;
 }
 

@@ -29,14 +29,15 @@ void InstallBrokerControlSignals() {
   sigaction(SIGUSR2, &sa, nullptr);
 }
 
-void ServeUntilShutdown(EmbeddedBroker* broker) {
+void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done) {
   int64_t down_since = -1;
   while (!base::WaitForShutdown(50)) {
+    if (done && done()) return;
     int signo = g_pending.exchange(0);
     if (signo == 0) continue;
     bool down = signo == SIGUSR1;
     const char* name = down ? "SIGUSR1" : "SIGUSR2";
-    if (broker == nullptr) {
+    if (!control.set_available) {
       TALLY_LOG_WARN(kComponent, "{} ignored: this process runs no embedded broker", name);
       continue;
     }
@@ -44,7 +45,7 @@ void ServeUntilShutdown(EmbeddedBroker* broker) {
       TALLY_LOG_INFO(kComponent, "{}: the embedded broker is already {}", name, down ? "down" : "up");
       continue;
     }
-    base::Status st = broker->SetAvailable(!down);
+    base::Status st = control.set_available(!down);
     if (!st.ok()) {
       TALLY_LOG_ERROR(kComponent, "{}: {}", name, st.ToString());
       continue;
@@ -54,10 +55,10 @@ void ServeUntilShutdown(EmbeddedBroker* broker) {
       TALLY_LOG_WARN(kComponent,
                      "{}: embedded broker {} taken down: connections closed, new ones refused, "
                      "its log kept (SIGUSR2 brings it back)",
-                     name, broker->bootstrap());
+                     name, control.address);
     } else {
       TALLY_LOG_WARN(kComponent, "{}: embedded broker {} up again after {:.1f} s down", name,
-                     broker->bootstrap(), (base::SteadyMs() - down_since) / 1000.0);
+                     control.address, (base::SteadyMs() - down_since) / 1000.0);
       down_since = -1;
     }
   }

@@ -8,7 +8,10 @@
 // other threads start; ServeUntilShutdown() on main's thread.
 #pragma once
 
-#include "embedded_broker.h"
+#include <functional>
+#include <string>
+
+#include "base/status.h"
 
 namespace tally::app {
 
@@ -16,9 +19,18 @@ namespace tally::app {
 // flag that ServeUntilShutdown() acts on).
 void InstallBrokerControlSignals();
 
-// Blocks until a shutdown is requested (base/shutdown.h). Meanwhile applies
-// each SIGUSR1/SIGUSR2 to `broker`, logging one line for each change; with no
-// broker (null: tally up --brokers) it logs that the signal is ignored.
-void ServeUntilShutdown(EmbeddedBroker* broker);
+// What the control signals act on: `set_available(false)` takes the broker
+// down, `set_available(true)` brings it back. Null: this process runs no
+// embedded broker (tally up --brokers).
+struct BrokerControl {
+  std::function<base::Status(bool available)> set_available;
+  std::string address;  // for the log lines
+};
+
+// Blocks until a shutdown is requested (base/shutdown.h) or `done` (checked
+// every 50 ms; may be null) returns true. Meanwhile applies each
+// SIGUSR1/SIGUSR2 through `control`, logging one line for each change; with
+// no broker it logs that the signal is ignored.
+void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done = nullptr);
 
 }  // namespace tally::app

@@ -1,9 +1,6 @@
 #include "pipeline.h"
 
-#include "cli.h"
-
 #include <fmt/core.h>
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -16,6 +13,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/shutdown.h"
+#include "broker_process.h"
+#include "cli.h"
 
 namespace tally::app {
 
@@ -207,6 +206,7 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
         fmt::format("--memtable {}: expected sorted-runs or skiplist", f.memtable));
   }
   o.read_only = read_only;
+  o.side_files = BrokerRecordFiles();
   o.read_cache_bytes =
       read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;
   o.sync_writes = f.sync;

@@ -2,16 +2,20 @@
 // --brokers is given), the aggregator and the HTTP tier in one process.
 #include <fmt/core.h>
 
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "aggregator/cluster_check.h"
+#include "base/clock.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "broker_control.h"
+#include "broker_process.h"
 #include "cli.h"
 #include "commands.h"
-#include "embedded_broker.h"
 #include "ingest/event_publisher.h"
 #include "pipeline.h"
 #include "pipeline_runner.h"
@@ -20,6 +24,31 @@
 #include "query/watermarks.h"
 
 namespace tally::app {
+
+namespace {
+
+// How long a clean stop waits for the embedded broker's records to be
+// applied before it stops the broker; past it, the broker is left running.
+constexpr int64_t kDrainAtStopMs = 10000;
+
+// Waits until everything published is visible (lag 0) or `deadline_ms`
+// (steady clock) passes or Kafka is unreachable. True when lag reached 0;
+// `lag` gets the last total seen (-1: none).
+bool WaitForLagZero(query::WatermarkSource* watermarks, int64_t deadline_ms, int64_t* lag) {
+  *lag = -1;
+  for (;;) {
+    if (!base::KafkaHealth::Global().Problem().empty()) return false;
+    auto report = watermarks->Compute();
+    if (report.ok()) {
+      *lag = report->lag;
+      if (report->lag == 0) return true;
+    }
+    if (base::SteadyMs() >= deadline_ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
 
 int RunUp(int argc, char** argv) {
   const std::string command = "tally up";
@@ -64,17 +93,29 @@ int RunUp(int argc, char** argv) {
   auto token = ResolveAuthToken(f);
   if (!token.ok()) return Fail(command, token.status(), kExitUsage);
 
-  std::unique_ptr<EmbeddedBroker> broker;
+  // The embedded broker runs as a process of its own (broker_process.h), so
+  // that what it acknowledged outlives a crash of this one.
+  std::unique_ptr<BrokerProcess> broker;
   if (f.brokers.empty()) {
-    EmbeddedBrokerOptions bo;
+    BrokerProcessOptions bo;
+    bo.state_dir = std::filesystem::absolute(f.state_dir).lexically_normal().string();
     bo.port = static_cast<int>(port);
     bo.partitions = static_cast<int>(f.partitions);
-    auto b = EmbeddedBroker::Start(bo);
+    bo.log_level = f.log_level;
+    auto b = BrokerProcess::FindOrStart(bo);
     if (!b.ok()) return Fail(command, b.status());
     broker = std::move(b).value();
     po.kafka.brokers = broker->bootstrap();
     f.brokers = broker->bootstrap();
   }
+  // A broker started here and given nothing yet stops again if tally up
+  // cannot start; one found running may hold records and is left as it is.
+  struct StopUnusedBroker {
+    BrokerProcess* broker;
+    ~StopUnusedBroker() {
+      if (broker != nullptr && !broker->found()) (void)broker->Stop(10000);
+    }
+  } stop_unused{broker.get()};
   auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);
   if (!cluster.ok()) return Fail(command, cluster.status());
   if (auto st = base::KafkaHealth::Global().StartProbe(po.kafka); !st.ok()) return Fail(command, st);
@@ -130,19 +171,55 @@ int RunUp(int argc, char** argv) {
   }
   TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http.listen, f.brokers);
 
-  ServeUntilShutdown(broker.get());
+  stop_unused.broker = nullptr;  // from here on, the stop below decides
+  BrokerControl control;
+  if (broker) {
+    control.set_available = [&broker](bool up) { return broker->SetAvailable(up); };
+    control.address = broker->bootstrap();
+  }
+  bool broker_lost = false;
+  ServeUntilShutdown(control, [&] {
+    broker_lost = broker && !broker->Alive();
+    return broker_lost;
+  });
+  if (broker_lost) {
+    TALLY_LOG_ERROR("up",
+                    "the embedded broker (pid {}) {}: what it had acknowledged and tally had not "
+                    "applied yet is lost; stopping (a restart starts a new broker and keeps every "
+                    "count)",
+                    broker->pid(), broker->exit_description());
+  }
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
   (*server)->Stop();
+  // The embedded broker stops with us only once it holds nothing unapplied.
+  bool drained = false;
+  int64_t lag = -1;
+  if (broker && !broker_lost && runner.running()) {
+    drained = WaitForLagZero(watermarks->get(), base::SteadyMs() + kDrainAtStopMs, &lag);
+  }
   runner.Stop();
   server->reset();
   watermarks->reset();
   publisher->reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
-  if (broker) broker->Stop();
-  TALLY_LOG_INFO("up", "stopped{}", runner.failed() ? " after an error" : "");
-  return runner.failed() ? kExitFailure : kExitOk;
+  if (broker && !broker_lost) {
+    if (drained && !runner.failed()) {
+      if (auto st = broker->Stop(10000); !st.ok()) TALLY_LOG_WARN("up", "{}", st.ToString());
+    } else {
+      TALLY_LOG_WARN("up",
+                     "the embedded broker (pid {}, {}) keeps running: {} records it acknowledged "
+                     "may not be applied yet; the next `tally up --state-dir {}` goes on with them "
+                     "(kill {} drops them)",
+                     broker->pid(), broker->bootstrap(),
+                     lag < 0 ? std::string("some") : std::to_string(lag), f.state_dir,
+                     broker->pid());
+    }
+  }
+  const bool failed = runner.failed() || broker_lost;
+  TALLY_LOG_INFO("up", "stopped{}", failed ? " after an error" : "");
+  return failed ? kExitFailure : kExitOk;
 }
 
 }  // namespace tally::app

@@ -422,10 +422,11 @@ Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::str
 // True when `dir` holds nothing but partition-NNN directories: empty, or a
 // state whose creation stopped before its TALLY file was written (its
 // partitions hold nothing yet, as no writer got the store before TALLY).
-bool HoldsOnlyPartitionDirs(const std::string& dir) {
+bool HoldsOnlyPartitionDirs(const std::string& dir, const std::vector<std::string>& side_files) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    if (std::find(side_files.begin(), side_files.end(), name) != side_files.end()) continue;
     if (!it->is_directory(ec) || name.size() < 13 || name.rfind("partition-", 0) != 0 ||
         name.find_first_not_of("0123456789", 10) != std::string::npos) {
       return false;
@@ -485,7 +486,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
       return Status::FailedPrecondition(fmt::format("{} is not a directory", dir));
     }
-    if (fs::exists(dir, ec) && !HoldsOnlyPartitionDirs(dir)) {
+    if (fs::exists(dir, ec) && !HoldsOnlyPartitionDirs(dir, options.side_files)) {
       return Status::FailedPrecondition(
           fmt::format("{} is not empty and is not a tally state directory (no TALLY file)", dir));
     }

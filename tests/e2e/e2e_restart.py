@@ -67,9 +67,13 @@ def main():
         # may pick any thread that does not block it) must not end that
         # thread: librdkafka's mock cluster takes an interrupted poll() as
         # fatal, and then nothing is served and a stop never ends. SIGUSR2
-        # ("bring the broker up") is harmless in itself.
-        tid = tallyctl.signal_thread(p2.pid, "rdk:mock", tallyctl.signal.SIGUSR2)
-        log("SIGUSR2 to thread %d (rdk:mock) of tally up" % tid)
+        # ("bring the broker up") is harmless in itself. tally up runs its
+        # broker as a process of its own, recorded in the state directory.
+        broker_pid = tallyctl.embedded_broker_pid(h.path("state"))
+        h.check(broker_pid is not None and tallyctl.pid_alive(broker_pid),
+                "the state directory names a running embedded broker: %s" % broker_pid)
+        tid = tallyctl.signal_thread(broker_pid, "rdk:mock", tallyctl.signal.SIGUSR2)
+        log("SIGUSR2 to thread %d (rdk:mock) of tally up's broker (pid %d)" % (tid, broker_pid))
 
         # The new log is read from its start: new events count on top.
         produce(h, brokers, n, seed=2)
@@ -82,6 +86,9 @@ def main():
                                                                                                 views_after))
         rc, clean = p2.stop(grace=30)
         h.check(clean and rc == 0, "second tally up on SIGTERM: exit %s" % rc)
+        # Everything was applied, so a clean stop takes its broker along.
+        h.check(not tallyctl.pid_alive(broker_pid), "the embedded broker (pid %d) stopped with tally up" % broker_pid)
+        h.check(not os.path.exists(h.path("state", "BROKER")), "the broker's record is gone after a clean stop")
         h.finish_checks("e2e_restart")
 
 

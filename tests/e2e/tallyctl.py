@@ -111,6 +111,43 @@ def signal_thread(pid, thread_name, sig):
     raise TestFailure("process %d has no thread named %r" % (pid, thread_name))
 
 
+def embedded_broker_pid(state_dir):
+    """The pid `tally up`'s embedded broker recorded in STATE_DIR/BROKER, or
+    None if there is no record."""
+    try:
+        with open(os.path.join(state_dir, "BROKER")) as f:
+            return int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def pid_alive(pid):
+    """True while `pid` runs (a zombie, exited but not reaped, does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_pid(pid, grace=10.0, sig=signal.SIGTERM):
+    """Signals a process that is not our child and waits for it to end
+    (SIGKILL after `grace` s). True if it was running."""
+    if not pid_alive(pid):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+        time.sleep(0.05)
+    return True
+
+
 class Proc:
     """A child process whose stdout and stderr go to `log_path` (appended)."""
 
@@ -478,6 +515,13 @@ class Harness:
                     p.stop(grace=15)
             except Exception as e:  # keep stopping the others
                 log("stopping %s: %r" % (p.name, e))
+        # `tally up`'s embedded broker runs in a session of its own and
+        # outlives a SIGKILLed `tally up` by design; stop any left running.
+        for root, _, files in os.walk(self.work):
+            if "BROKER" in files:
+                pid = embedded_broker_pid(root)
+                if pid is not None and stop_pid(pid, grace=10):
+                    log("stopped the embedded broker of %s (pid %d)" % (root, pid))
         if failed:
             print("\n======== FAILED: %s (seed %d) ========" % (self.name, self.seed))
             if exc_type is TestFailure:

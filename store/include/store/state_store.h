@@ -46,6 +46,10 @@ struct StoreOptions {
   // RocksDB (store/src/counter_cache.h); 0: none. Writable stores only.
   uint64_t read_cache_bytes = 0;
   bool read_only = false;                      // secondary instance (tally serve)
+  // Files others keep in the directory beside the state (the embedded
+  // broker's record, app/broker_process.h): a new state may be created in a
+  // directory that holds only these.
+  std::vector<std::string> side_files;
   bool sync_writes = false;                    // fsync the WAL on every commit
   ViewedOptions viewed;                        // budget is per partition
   // Notice and red-dot records of users untouched (by event time) for

@@ -1,0 +1,118 @@
+// BrokerProcess: `tally up`'s embedded broker, run as a process of its own so
+// that what it acknowledged outlives a crash of the aggregator.
+//
+// The embedded broker (librdkafka's mock cluster) keeps its log in memory.
+// Were it a thread of `tally up`, a SIGKILL of `tally up` would take every
+// event it had acknowledged but tally had not applied yet with it (SPEC
+// section 4, "Acknowledged means kept"). So `tally up` without --brokers runs
+// `tally broker --state-dir DIR` as a child in a session of its own: a
+// terminal's Ctrl-C reaches only `tally up`, and a SIGKILL of `tally up`
+// leaves the broker serving. The broker records itself in `DIR/BROKER`
+// (BrokerRecord); the next `tally up` on DIR finds it there and goes on with
+// the same log, the same offsets and the same incarnation, so nothing is
+// read twice and nothing is lost.
+//
+// A clean stop of `tally up` stops the broker only once everything it holds
+// is applied (lag 0); otherwise the broker is left running and found again.
+// The broker ends by itself when its state directory is removed.
+//
+// Thread model: one thread (main's) creates, controls and destroys it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tally::app {
+
+// The contents of `STATE_DIR/BROKER`: which process serves the embedded
+// broker of that state directory, and where. One JSON object:
+// {"pid":N,"bootstrap":"127.0.0.1:9092","incarnation":"<32 hex>"}.
+struct BrokerRecord {
+  pid_t pid = 0;
+  std::string bootstrap;
+  std::string incarnation;
+};
+
+// The names of the files the record takes in a state directory (the record
+// and its temporary), for store::StoreOptions::side_files.
+inline const std::vector<std::string>& BrokerRecordFiles() {
+  static const std::vector<std::string> files = {"BROKER", "BROKER.tmp"};
+  return files;
+}
+
+// Writes `record` to `state_dir`/BROKER atomically (a temporary file, then
+// rename), creating the directory if needed. IOError naming the path.
+base::Status WriteBrokerRecord(const std::string& state_dir, const BrokerRecord& record);
+
+// Reads `state_dir`/BROKER. NotFound when there is none; Corruption naming
+// the path when it does not parse.
+base::Result<BrokerRecord> ReadBrokerRecord(const std::string& state_dir);
+
+// Removes `state_dir`/BROKER if it still names `pid` (a newer broker's
+// record is left alone). Best effort.
+void RemoveBrokerRecord(const std::string& state_dir, pid_t pid);
+
+struct BrokerProcessOptions {
+  std::string state_dir;
+  // `tally broker --port`: the bootstrap port (0: a random one).
+  int port = 9092;
+  int partitions = 16;
+  std::string log_level = "info";
+  // How long a new broker may take to record itself.
+  int start_timeout_ms = 30000;
+};
+
+class BrokerProcess {
+ public:
+  // Finds the broker recorded in options.state_dir, if its process is alive
+  // and is a `tally broker`, or else starts one (this executable, `broker
+  // --state-dir ... --port ... --partitions ...`, stdin and stdout on
+  // /dev/null, stderr shared with this process, a session of its own) and
+  // waits until it has recorded itself. IOError or Unavailable naming what
+  // failed (the child exited early, e.g. its port was taken; it did not
+  // record itself in time). The caller owns the result.
+  static base::Result<std::unique_ptr<BrokerProcess>> FindOrStart(
+      const BrokerProcessOptions& options);
+
+  // Leaves the broker as it is (running): Stop() is never implied.
+  ~BrokerProcess();
+  BrokerProcess(const BrokerProcess&) = delete;
+  BrokerProcess& operator=(const BrokerProcess&) = delete;
+
+  const std::string& bootstrap() const { return record_.bootstrap; }
+  pid_t pid() const { return record_.pid; }
+  // True when the broker was found running rather than started here.
+  bool found() const { return found_; }
+
+  // True while the broker's process runs (not yet exited or reaped).
+  bool Alive();
+  // Once Alive() is false: how it ended ("was killed by signal 9"), when it
+  // was this process's child; "exited" otherwise.
+  const std::string& exit_description() const { return exit_description_; }
+
+  // Takes the broker down (SIGUSR1: connections closed, new ones refused,
+  // the log kept) or brings it back (SIGUSR2), as `tally broker` does on
+  // those signals. IOError if the process is gone.
+  base::Status SetAvailable(bool available);
+
+  // SIGTERM, then waits up to `timeout_ms` for the process to exit, then
+  // SIGKILL. Its log is gone afterwards. OK once it has exited; IOError if
+  // it could not be signalled.
+  base::Status Stop(int timeout_ms);
+
+ private:
+  BrokerProcess(BrokerRecord record, bool found, bool child);
+
+  BrokerRecord record_;
+  bool found_;
+  bool child_;  // our child: reaped with waitpid
+  bool exited_ = false;
+  std::string exit_description_ = "exited";
+};
+
+}  // namespace tally::app
