@@ -1,4 +1,6 @@
 // tally aggregate: the aggregator alone (router, applier or both).
+#include <atomic>
+
 #include "aggregator/cluster_check.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
@@ -56,15 +58,34 @@ int RunAggregate(int argc, char** argv) {
   po.run_applier = role != "router";
   po.flush_ms = static_cast<int>(flush_ms);
   po.key_budget = static_cast<size_t>(key_budget);
+  std::atomic<bool> stage_failed{false};
+  po.on_failure = [&stage_failed] { stage_failed.store(true); };
   PipelineRunner runner(po, store.get());
   runner.Start();
-  base::WaitForShutdown(-1);
+  // A stage that failed because the broker's log was replaced (a restarted
+  // embedded broker) is started again on the new log, as at start; any other
+  // failure stops the process.
+  bool failed = false;
+  while (!base::WaitForShutdown(50)) {
+    if (!stage_failed.load()) continue;
+    runner.Stop();
+    base::Result<bool> reattached = false;
+    if (store) reattached = ReattachIfReplaced(&po.kafka, f, store.get(), 60000);
+    if (!reattached.ok() || !*reattached) {
+      if (!reattached.ok()) TALLY_LOG_ERROR("aggregate", "{}", reattached.status().ToString());
+      failed = true;
+      break;
+    }
+    stage_failed.store(false);
+    runner.Start();
+  }
   TALLY_LOG_INFO("aggregate", "stopping");
   runner.Stop();
+  failed = failed || runner.failed();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
-  TALLY_LOG_INFO("aggregate", "stopped{}", runner.failed() ? " after an error" : "");
-  return runner.failed() ? kExitFailure : kExitOk;
+  TALLY_LOG_INFO("aggregate", "stopped{}", failed ? " after an error" : "");
+  return failed ? kExitFailure : kExitOk;
 }
 
 }  // namespace tally::app

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "aggregator/cluster_check.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/shutdown.h"
@@ -188,6 +189,21 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
                  info.identity.ToString(), info.identity.embedded ? ", embedded broker" : "",
                  base::kDeltasTopic, info.deltas_partitions);
   return info;
+}
+
+base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFlags& f,
+                                      store::StateStore* store, int wait_ms) {
+  auto cluster = ConnectCluster(kafka, f, /*create_topics=*/false, wait_ms);
+  if (!cluster.ok()) return cluster.status();
+  if (cluster->identity.ToString() == store->recorded_cluster()) return false;
+  if (cluster->deltas_partitions != store->partitions()) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} now has {} partitions, the state in {} has {}: restart tally with a matching "
+        "--partitions",
+        base::kDeltasTopic, cluster->deltas_partitions, store->dir(), store->partitions()));
+  }
+  TALLY_RETURN_IF_ERROR(aggregator::AttachToCluster(store, cluster->identity, f.reset_offsets));
+  return true;
 }
 
 base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,

@@ -93,6 +93,18 @@ struct ClusterInfo {
 base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const CommonFlags& f, bool create_topics,
                                          int wait_ms);
 
+// After a stage of a running process failed: connects to the cluster again
+// (up to `wait_ms`) and, if it is not the one the state was built from (a
+// restarted embedded broker, whose log is new), attaches the state to it by
+// the rules of a start (aggregator::AttachToCluster: counts kept, offsets
+// from the new logs' start). True when it re-attached and the stages may
+// start again; false when the cluster is the one the state knows (the
+// failure stands); an error when the cluster cannot be reached, its
+// tally.deltas has another partition count than the state, or the rules
+// refuse it. Call with the stages stopped.
+base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFlags& f,
+                                      store::StateStore* store, int wait_ms);
+
 // Opens the state directory with `partitions` (0: as recorded). A writable
 // store honours TALLY_STORE_FAULT_FILE=PATH (fault drills and tests): every
 // RocksDB write fails while PATH exists.

@@ -13,8 +13,9 @@ PipelineRunner::PipelineRunner(PipelineOptions options, store::StateStore* store
 
 PipelineRunner::~PipelineRunner() { Stop(); }
 
-// A stage that stops with an error stops the process: a restart resumes from
-// the committed offsets and the state's marks. Named threads, so `top -H`
+// A stage that stops with an error stops the process unless the command
+// handles it (on_failure): a restart resumes from the committed offsets and
+// the state's marks. Named threads, so `top -H`
 // and perf tell the stages apart.
 void PipelineRunner::Spawn(const char* name, std::function<base::Status()> run_stage) {
   running_.store(true);
@@ -22,12 +23,18 @@ void PipelineRunner::Spawn(const char* name, std::function<base::Status()> run_s
     pthread_setname_np(pthread_self(), name);
     if (!run_stage().ok()) {
       failed_.store(true);
-      base::RequestShutdown();
+      if (options_.on_failure) {
+        options_.on_failure();
+      } else {
+        base::RequestShutdown();
+      }
     }
   });
 }
 
 void PipelineRunner::Start() {
+  stop_.store(false);
+  failed_.store(false);
   if (options_.run_router) StartRouter();
   if (options_.run_applier) StartApplier(store_);
 }

@@ -23,6 +23,9 @@ struct PipelineOptions {
   bool whole_topics = false;  // the router takes every input partition (RouterOptions::whole_topics)
   int flush_ms = 20;
   size_t key_budget = 200000;
+  // Called on the stage's thread when a stage stops with an error; null:
+  // request a process shutdown (base/shutdown.h).
+  std::function<void()> on_failure;
 };
 
 class PipelineRunner {
@@ -31,7 +34,8 @@ class PipelineRunner {
   PipelineRunner(PipelineOptions options, store::StateStore* store);
   ~PipelineRunner();  // Stop()s
 
-  // Starts the threads. A thread that fails requests a process shutdown.
+  // Starts the threads (again, after Stop(): with new Kafka clients). A
+  // thread that fails calls options.on_failure.
   void Start();
   // Start() in two steps, for a caller that starts routing before the state
   // is open (the router needs none): StartRouter() once, then
@@ -39,7 +43,8 @@ class PipelineRunner {
   // outlive the runner).
   void StartRouter();
   void StartApplier(store::StateStore* store);
-  // Stops and joins (the last window is applied). Idempotent.
+  // Stops and joins (the last window is applied). Idempotent. failed()
+  // stays as it was until the next Start().
   void Stop();
   // True if a stage stopped with an error.
   bool failed() const { return failed_.load(); }

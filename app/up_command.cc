@@ -2,6 +2,7 @@
 // --brokers is given), the aggregator and the HTTP tier in one process.
 #include <fmt/core.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -96,8 +97,8 @@ int RunUp(int argc, char** argv) {
   // The embedded broker runs as a process of its own (broker_process.h), so
   // that what it acknowledged outlives a crash of this one.
   std::unique_ptr<BrokerProcess> broker;
+  BrokerProcessOptions bo;
   if (f.brokers.empty()) {
-    BrokerProcessOptions bo;
     bo.state_dir = std::filesystem::absolute(f.state_dir).lexically_normal().string();
     bo.port = static_cast<int>(port);
     bo.partitions = static_cast<int>(f.partitions);
@@ -126,6 +127,10 @@ int RunUp(int argc, char** argv) {
   po.deltas_partitions = cluster->deltas_partitions;
   po.flush_ms = static_cast<int>(flush_ms);
   po.key_budget = static_cast<size_t>(key_budget);
+  // A stage that fails is looked into below (the log may have been
+  // replaced) rather than ending the process at once.
+  std::atomic<bool> stage_failed{false};
+  po.on_failure = [&stage_failed] { stage_failed.store(true); };
   PipelineRunner runner(po, nullptr);
   // The router needs no state. When the cluster check below cannot refuse
   // the state, routing starts while the partitions open (40-80 ms of every
@@ -161,8 +166,14 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks->get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
   qo.auth_token = *token;
-  qo.ready = [&runner] { return runner.running(); };
-  qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
+  // Reads go on while the stages are started again on a replaced log; lag
+  // and /healthz say why they are not to be trusted meanwhile.
+  qo.ready = [&runner, &stage_failed] { return runner.running() || stage_failed.load(); };
+  qo.kafka_problem = [&stage_failed]() -> std::string {
+    if (stage_failed.load())
+      return "the pipeline stopped; checking whether the broker's log was replaced";
+    return base::KafkaHealth::Global().Problem();
+  };
   query::QueryService service(qo);
   auto server = query::HttpServer::Start(*so, &service);
   if (!server.ok()) {
@@ -177,17 +188,42 @@ int RunUp(int argc, char** argv) {
     control.set_available = [&broker](bool up) { return broker->SetAvailable(up); };
     control.address = broker->bootstrap();
   }
-  bool broker_lost = false;
-  ServeUntilShutdown(control, [&] {
-    broker_lost = broker && !broker->Alive();
-    return broker_lost;
-  });
-  if (broker_lost) {
-    TALLY_LOG_ERROR("up",
-                    "the embedded broker (pid {}) {}: what it had acknowledged and tally had not "
-                    "applied yet is lost; stopping (a restart starts a new broker and keeps every "
-                    "count)",
-                    broker->pid(), broker->exit_description());
+  // Serve until told to stop. A broker whose log was replaced under the
+  // running process (a restarted `tally broker`, or the embedded broker's
+  // process gone and started again here) is handled as at start: the counts
+  // stay, the new logs are read from their start.
+  bool broker_lost = false, failed = false;
+  for (;;) {
+    ServeUntilShutdown(control, [&] {
+      broker_lost = broker && !broker->Alive();
+      return broker_lost || stage_failed.load();
+    });
+    if (base::ShutdownRequested()) break;
+    if (broker_lost) {
+      stage_failed.store(true);  // for /healthz, until the stages run again
+      TALLY_LOG_ERROR("up",
+                      "the embedded broker (pid {}) {}: what it had acknowledged and tally had not "
+                      "applied yet is lost; starting a new one on {}",
+                      broker->pid(), broker->exit_description(), broker->bootstrap());
+      bo.port = std::stoi(broker->bootstrap().substr(broker->bootstrap().rfind(':') + 1));
+      auto b = BrokerProcess::FindOrStart(bo);
+      if (!b.ok()) {
+        TALLY_LOG_ERROR("up", "{}", b.status().ToString());
+        failed = true;
+        break;
+      }
+      broker = std::move(b).value();
+      broker_lost = false;
+    }
+    runner.Stop();
+    auto reattached = ReattachIfReplaced(&po.kafka, f, store.get(), 60000);
+    if (!reattached.ok() || !*reattached) {
+      if (!reattached.ok()) TALLY_LOG_ERROR("up", "{}", reattached.status().ToString());
+      failed = true;
+      break;
+    }
+    stage_failed.store(false);
+    runner.Start();
   }
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
@@ -195,7 +231,7 @@ int RunUp(int argc, char** argv) {
   // The embedded broker stops with us only once it holds nothing unapplied.
   bool drained = false;
   int64_t lag = -1;
-  if (broker && !broker_lost && runner.running()) {
+  if (broker && !failed && runner.running()) {
     drained = WaitForLagZero(watermarks->get(), base::SteadyMs() + kDrainAtStopMs, &lag);
   }
   runner.Stop();
@@ -204,7 +240,7 @@ int RunUp(int argc, char** argv) {
   publisher->reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
-  if (broker && !broker_lost) {
+  if (broker && broker->Alive()) {
     if (drained && !runner.failed()) {
       if (auto st = broker->Stop(10000); !st.ok()) TALLY_LOG_WARN("up", "{}", st.ToString());
     } else {
@@ -217,7 +253,7 @@ int RunUp(int argc, char** argv) {
                      broker->pid());
     }
   }
-  const bool failed = runner.failed() || broker_lost;
+  failed = failed || runner.failed();
   TALLY_LOG_INFO("up", "stopped{}", failed ? " after an error" : "");
   return failed ? kExitFailure : kExitOk;
 }

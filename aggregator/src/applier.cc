@@ -329,8 +329,28 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   // of waiting for it; only the key budget makes the applier wait.
   const int64_t max_window_ms = static_cast<int64_t>(r.o.flush_ms) * 10;
   bool caught_up = false;
+  // The state's deltas offsets and marks belong to one log. A broker that
+  // now answers as another cluster (a restarted embedded broker) may hand
+  // out its new log at offsets the state has not reached, and applying
+  // those would skip or double records: stop before applying anything of
+  // it, so the command attaches the state to the new log as at start.
+  // librdkafka reports the new cluster id before it fetches from it.
+  const std::string recorded = r.store->recorded_cluster();
+  const std::string own_cluster = recorded.substr(0, recorded.find('/'));
+  uint64_t cluster_reports = base::ClusterIdReports();
   while (!stop->load(std::memory_order_relaxed)) {
     base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
+    if (base::ClusterIdReports() != cluster_reports) {
+      cluster_reports = base::ClusterIdReports();
+      std::string now = base::LastReportedClusterId();
+      if (!own_cluster.empty() && now != own_cluster) {
+        result =
+            Status::OutOfRange(fmt::format("the broker now answers as cluster {}, the state was "
+                                           "built from {}: its log was replaced",
+                                           now, own_cluster));
+        break;
+      }
+    }
     if (!m) caught_up = true;
     if (m) {
       if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {

@@ -2,10 +2,12 @@
 
 #include <fmt/core.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "base/kafka_health.h"
@@ -58,8 +60,31 @@ Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::str
 
 namespace {
 
+std::atomic<uint64_t> g_cluster_id_reports{0};
+std::mutex g_cluster_id_mu;
+std::string g_cluster_id_reported;  // guarded by g_cluster_id_mu
+
+// librdkafka 2.0.2: 'Broker B reports different ClusterId "NEW" than
+// previously known "OLD": a client must not be simultaneously connected to
+// multiple clusters'.
+void NoteClusterIdReport(const char* buf) {
+  std::string_view line(buf);
+  constexpr std::string_view kBefore = "reports different ClusterId \"";
+  size_t at = line.find(kBefore);
+  if (at == std::string_view::npos) return;
+  at += kBefore.size();
+  size_t end = line.find('"', at);
+  if (end == std::string_view::npos) return;
+  {
+    std::lock_guard<std::mutex> lock(g_cluster_id_mu);
+    g_cluster_id_reported.assign(line.substr(at, end - at));
+  }
+  g_cluster_id_reports.fetch_add(1, std::memory_order_release);
+}
+
 // librdkafka's own log lines go through tally's logger (syslog levels).
 void LogFromKafka(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+  if (std::strcmp(fac, "CLUSTERID") == 0) NoteClusterIdReport(buf);
   LogLevel l = level <= 3 ? LogLevel::kError : level <= 4 ? LogLevel::kWarn : level <= 6 ? LogLevel::kInfo
                                                                                           : LogLevel::kDebug;
   // A broker connection failing is also an error callback, which KafkaHealth
@@ -78,6 +103,13 @@ Status SetConf(rd_kafka_conf_t* conf, const std::string& key, const std::string&
   return Status::Ok();
 }
 }  // namespace
+
+uint64_t ClusterIdReports() { return g_cluster_id_reports.load(std::memory_order_acquire); }
+
+std::string LastReportedClusterId() {
+  std::lock_guard<std::mutex> lock(g_cluster_id_mu);
+  return g_cluster_id_reported;
+}
 
 Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& options,
                                 const std::map<std::string, std::string>& defaults) {

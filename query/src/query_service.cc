@@ -634,6 +634,9 @@ Response QueryService::HandleWatermarks() {
   if (options_.watermarks == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: watermarks are unknown");
   }
+  // With Kafka lost, or the state being attached to a replaced log, the
+  // offsets at hand may belong to another log: no lag rather than a wrong 0.
+  if (std::string problem = KafkaProblem(); !problem.empty()) return ProtocolError(503, problem);
   auto report = options_.watermarks->Compute();
   if (!report.ok()) return ErrorResponse(report.status());
   std::string body;

@@ -90,16 +90,20 @@ base::Result<std::unique_ptr<WatermarkSource>> WatermarkSource::Create(
   if (store == nullptr) return base::Status::InvalidArgument("watermarks: no state store");
   if (options.input_topics.empty())
     return base::Status::InvalidArgument("watermarks: no input topics");
+  auto rk = MakeHandle(options);
+  if (!rk.ok()) return rk.status();
+  return std::unique_ptr<WatermarkSource>(
+      new WatermarkSource(options, store, std::move(rk).value()));
+}
+
+base::Result<base::KafkaHandle> WatermarkSource::MakeHandle(const WatermarkOptions& options) {
   auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, options.kafka, {{"group.id", options.group_id},
                                                   {"client.id", "tally-watermarks"},
                                                   {"enable.auto.commit", "false"},
                                                   {"enable.auto.offset.store", "false"},
                                                   {"enable.partition.eof", "false"}});
   if (!conf.ok()) return conf.status();
-  auto rk = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
-  if (!rk.ok()) return rk.status();
-  return std::unique_ptr<WatermarkSource>(
-      new WatermarkSource(options, store, std::move(rk).value()));
+  return base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
 }
 
 WatermarkSource::WatermarkSource(WatermarkOptions options, store::StateStore* store,
@@ -131,7 +135,13 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
     base::Status st =
         base::KafkaStatus(rd_kafka_committed(rk, list.get(), timeout),
                           fmt::format("committed offsets of group {}", options_.group_id));
-    if (!st.ok()) return AsUnavailable(st, "router progress");
+    if (!st.ok()) {
+      // librdkafka keeps asking the group coordinator it knew, and a broker
+      // that was restarted elsewhere (a new embedded broker log) is never
+      // found again by this handle: the next call starts with a new one.
+      if (auto fresh = MakeHandle(options_); fresh.ok()) rk_ = std::move(fresh).value();
+      return AsUnavailable(st, "router progress");
+    }
     for (int i = 0; i < list->cnt; i++) {
       const rd_kafka_topic_partition_t& e = list->elems[i];
       if (e.err) {

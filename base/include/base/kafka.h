@@ -84,6 +84,15 @@ struct ClusterIdentity {
   std::string incarnation;
 };
 
+// A broker that answers with another cluster id than a client knew (the
+// CLUSTERID warning librdkafka logs: the log behind an address was replaced,
+// e.g. a restarted embedded broker). Every client made by MakeKafkaConf()
+// reports it here. ClusterIdReports() counts such reports (one atomic load,
+// for hot loops); LastReportedClusterId() is the id the latest one named.
+// Thread model: safe for concurrent use.
+uint64_t ClusterIdReports();
+std::string LastReportedClusterId();
+
 // Asks the cluster for its id (and, for a mock cluster, reads tally.meta
 // offset 0). Unavailable when the cluster cannot be reached within
 // `timeout_ms`. Thread model: any thread; uses `rk` only for metadata and a

@@ -90,6 +90,7 @@ class WatermarkSource {
 
  private:
   WatermarkSource(WatermarkOptions options, store::StateStore* store, base::KafkaHandle rk);
+  static base::Result<base::KafkaHandle> MakeHandle(const WatermarkOptions& options);
   base::Result<WatermarkReport> ComputeLocked();
 
   WatermarkOptions options_;
