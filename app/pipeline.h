@@ -32,6 +32,7 @@ struct CommonFlags {
   bool sync = false;
   int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions
   int64_t inactive_days = 30;
+  int64_t dedup_hours = 24;  // event ids (SPEC section 1)
   std::string auth_token;
   std::string auth_token_file;
 };

@@ -50,6 +50,7 @@ struct Applier::Rep {
   base::Counter* applied_total;
   base::Counter* duplicates_total;
   base::Counter* stale_notices_total;
+  base::Counter* duplicate_event_ids_total;
   base::Counter* windows_total;
   base::Counter* corrupt_total;
   base::Histogram* commit_seconds;
@@ -66,6 +67,9 @@ struct Applier::Rep {
     duplicates_total = m.GetCounter("tally_applier_duplicates_total", "Deltas skipped as already applied");
     stale_notices_total = m.GetCounter("tally_applier_stale_notices_total",
                                        "Notices ignored because their id was not above the newest");
+    duplicate_event_ids_total = m.GetCounter(
+        "tally_applier_duplicate_event_ids_total",
+        "Deltas dropped because another record of an event with the same id was applied");
     windows_total = m.GetCounter("tally_applier_windows_total", "Partition windows committed");
     corrupt_total = m.GetCounter("tally_applier_corrupt_batches_total", "Undecodable tally.deltas messages skipped");
     commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
@@ -95,8 +99,9 @@ struct Applier::Rep {
     }
     base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(static_cast<int>(store->partitions())));
     for (uint32_t p = 0; p < store->partitions(); p++) {
-      auto wa = std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, store->partitions(),
-                                                store->options().viewed);
+      auto wa = std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic,
+                                                store->partitions(), store->options().viewed,
+                                                store->options().dedup_hours * 3600000LL);
       TALLY_RETURN_IF_ERROR(wa->Load());
       int64_t offset = wa->progress().next_deltas_offset;
       rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), static_cast<int32_t>(p))->offset = offset;
@@ -166,6 +171,7 @@ struct Applier::Rep {
       applied_total->Inc(ws.applied);
       duplicates_total->Inc(ws.duplicates);
       stale_notices_total->Inc(ws.stale_notices);
+      duplicate_event_ids_total->Inc(ws.duplicate_event_ids);
     }
     writer.Start();
     return Status::Ok();

@@ -14,8 +14,10 @@ EventRouter::EventRouter(uint32_t partitions) : partitions_(partitions) {}
 uint32_t EventRouter::Route(const Event& e, std::string_view topic, int32_t partition, int64_t offset,
                             std::vector<schemas::DeltaBatchBuilder>* builders) {
   uint32_t effect = 0;
+  const uint64_t event_id = e.id.empty() ? 0 : schemas::EventIdHash(e.id);
   auto emit = [&](Delta d) {
     auto& b = (*builders)[schemas::PartitionOf(d.entity, partitions_)];
+    d.event_id = event_id;
     d.source.stream = b.StreamIndex(topic, partition);
     d.source.offset = offset;
     d.source.effect = effect++;

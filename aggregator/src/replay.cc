@@ -250,8 +250,9 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   }
   std::vector<std::unique_ptr<WindowApplier>> appliers;
   for (uint32_t p = 0; p < nparts; p++) {
-    appliers.push_back(
-        std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts, store->options().viewed));
+    appliers.push_back(std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic, nparts,
+                                                       store->options().viewed,
+                                                       store->options().dedup_hours * 3600000LL));
     TALLY_RETURN_IF_ERROR(appliers.back()->Load());
   }
 

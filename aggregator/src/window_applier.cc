@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <utility>
 
 #include "base/log.h"
@@ -15,9 +16,14 @@ using schemas::Delta;
 using schemas::DeltaOp;
 using store::CounterOp;
 
-WindowApplier::WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions,
-                             store::ViewedOptions viewed)
-    : partition_(partition), deltas_topic_(std::move(deltas_topic)), partitions_(partitions), viewed_options_(viewed), viewed_(viewed) {}
+WindowApplier::WindowApplier(store::Partition* partition, std::string deltas_topic,
+                             uint32_t partitions, store::ViewedOptions viewed, int64_t dedup_ms)
+    : partition_(partition),
+      deltas_topic_(std::move(deltas_topic)),
+      partitions_(partitions),
+      dedup_ms_(dedup_ms),
+      viewed_options_(viewed),
+      viewed_(viewed) {}
 
 Status WindowApplier::Load() {
   auto p = partition_->LoadProgress();
@@ -36,7 +42,7 @@ Status WindowApplier::Load() {
 size_t WindowApplier::pending_keys() const {
   return post_ops_.size() + user_ops_.size() + unread_ops_.size() + likes_.size() +
          follows_.size() + notices_.size() + notice_reads_.size() + red_dots_.size() +
-         user_red_dots_.size() + snapshots_.size() + view_chunks_.size();
+         user_red_dots_.size() + snapshots_.size() + view_chunks_.size() + event_ids_.size();
 }
 
 base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
@@ -46,6 +52,40 @@ base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
     if (const bool* set = (like ? sealed_likes_ : sealed_follows_).find({a, b})) return *set;
   }
   return like ? partition_->HasLike(a, b) : partition_->HasFollow(a, b);
+}
+
+namespace {
+
+uint64_t Mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+}  // namespace
+
+base::Result<bool> WindowApplier::IsCopyOfAppliedEvent(const Delta& d, uint64_t copy) {
+  const IdClaim* claim = event_ids_.find(d.event_id);
+  if (claim == nullptr && sealed_) claim = sealed_event_ids_.find(d.event_id);
+  IdClaim stored;
+  if (claim == nullptr) {
+    auto r = partition_->GetEventId(d.event_id);
+    if (!r.ok()) return r.status();
+    if (r->has_value()) {
+      stored = IdClaim{(*r)->ts, (*r)->copy};
+      claim = &stored;
+    }
+  }
+  // The other effects of the same record share its fingerprint and apply.
+  // A record of the same id far apart in event time is another event that
+  // reuses the id: it applies, and later copies are judged against it.
+  if (claim != nullptr && claim->copy != copy && std::abs(d.source.ts - claim->ts) <= dedup_ms_)
+    return true;
+  if (claim == nullptr || claim->copy != copy) event_ids_[d.event_id] = IdClaim{d.source.ts, copy};
+  return false;
 }
 
 Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
@@ -64,13 +104,30 @@ Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
   if (!st.ok()) return st.WithContext(fmt::format("{}/{} offset {}", deltas_topic_, partition_->id(), offset));
   // Resolve each stream of the batch to its mark once.
   stream_marks_.clear();
-  for (const auto& s : reader_.streams()) stream_marks_.push_back(&progress_.marks[s]);
+  stream_copy_seeds_.clear();
+  for (const auto& s : reader_.streams()) {
+    stream_marks_.push_back(&progress_.marks[s]);
+    stream_copy_seeds_.push_back(
+        Mix(schemas::EventIdHash(s.topic) ^ Mix(static_cast<uint32_t>(s.partition))));
+  }
   uint32_t derived_index = 0;
   for (const Delta& d : decoded_) {
     store::SourceMark* mark = stream_marks_[d.source.stream];
     if (mark->Covers(d.source.offset, d.source.effect)) {
       stats_.duplicates++;
       continue;
+    }
+    if (d.event_id != 0) {
+      // The record (stream, offset) that carried this copy of the event.
+      const uint64_t copy =
+          Mix(stream_copy_seeds_[d.source.stream] ^ static_cast<uint64_t>(d.source.offset));
+      auto dup = IsCopyOfAppliedEvent(d, copy);
+      if (!dup.ok()) return dup.status();
+      if (*dup) {
+        stats_.duplicate_event_ids++;
+        *mark = store::SourceMark{d.source.offset, d.source.effect, d.source.ts};
+        continue;
+      }
     }
     ApplyOne(d, &derived_index, offset, derived, &st);
     if (!st.ok()) return st;  // a store read failed: the window is unusable, caller restarts
@@ -215,6 +272,7 @@ void WindowApplier::Seal() {
   unread_ops_.SortByKey();
   likes_.SortByKey();
   follows_.SortByKey();
+  event_ids_.SortByKey();
   for (const auto& [id, ops] : post_ops_) batch_.MergePostCounters(id, ops.data());
   for (const auto& [id, ops] : user_ops_) batch_.MergeUserCounters(id, ops.data());
   for (const auto& [id, ops] : unread_ops_) batch_.MergeUnreadCounters(id, ops.data());
@@ -230,6 +288,7 @@ void WindowApplier::Seal() {
     else
       batch_.DeleteFollow(k.first, k.second);
   }
+  for (const auto& [id, claim] : event_ids_) batch_.PutEventId(id, claim.ts, claim.copy);
   for (const auto& n : notices_) batch_.PutNotice(n.id, n.ordinal, n.title);
   for (const auto& [user, ops] : notice_reads_) {
     batch_.SetNoticeRead(user, static_cast<uint64_t>(ops[0].add), ops[1].floor);
@@ -258,6 +317,7 @@ void WindowApplier::Seal() {
   // The edges stay readable (EdgeSet) until the store has them.
   std::swap(likes_, sealed_likes_);
   std::swap(follows_, sealed_follows_);
+  std::swap(event_ids_, sealed_event_ids_);
   ClearWindow();
   sealed_ = true;
   sealed_landed_ = false;
@@ -273,6 +333,7 @@ void WindowApplier::FinishCommit() {
   committed_offset_ = sealed_next_offset_;
   sealed_likes_.clear();
   sealed_follows_.clear();
+  sealed_event_ids_.clear();
   sealed_ = false;
   sealed_landed_ = false;
 }
@@ -310,6 +371,7 @@ void WindowApplier::ClearWindow() {
   unread_ops_.clear();
   likes_.clear();
   follows_.clear();
+  event_ids_.clear();
   notices_.clear();
   notice_reads_.clear();
   red_dots_.clear();

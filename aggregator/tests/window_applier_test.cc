@@ -264,3 +264,73 @@ TEST_F(WindowApplierTest, ATableDroppedInsideAWindowLeavesNothingBehind) {
 
 }  // namespace
 }  // namespace tally::aggregator
+
+namespace tally::aggregator {
+namespace {
+
+// Records of events that carry the same id are one event (SPEC section 1):
+// another record's copy is dropped in the window, while the window is being
+// written, after it is written and after a restart; the effects of one
+// record all apply; a reuse of the id far apart in event time is an event
+// of its own.
+TEST_F(WindowApplierTest, CopiesOfAnEventWithAnIdApplyOnce) {
+  const uint64_t id = schemas::EventIdHash("retry-me");
+  auto views = [&](uint64_t post) {
+    std::vector<uint64_t> ids = {post};
+    std::vector<store::PostCounts> out;
+    EXPECT_TRUE(store_->GetPostCounts(ids, &out).ok());
+    return out[0].view;
+  };
+  // A batch of one record of input partition `p` at `off`: a view of post
+  // 7 and, as its second effect, a view of post 8.
+  auto record = [&](int32_t p, int64_t off, int64_t ts, uint64_t event_id) {
+    schemas::DeltaBatchBuilder b;
+    uint32_t s = b.StreamIndex("tally.events", p);
+    for (uint32_t e = 0; e < 2; e++) {
+      Delta d = Counter(DeltaOp::kPostCounter, 7 + e, 3, 1, off, e);
+      d.source.stream = s;
+      d.source.ts = ts;
+      d.event_id = event_id;
+      b.Add(d);
+    }
+    return b.Finish();
+  };
+  const int64_t t0 = 1700000000000;
+  auto wa = NewApplier();
+  ASSERT_TRUE(wa->ApplyBatch(record(0, 5, t0, id), 0, nullptr).ok());
+  ASSERT_TRUE(
+      wa->ApplyBatch(record(1, 9, t0, id), 1, nullptr).ok());  // same window, another partition
+  wa->Seal();
+  ASSERT_TRUE(wa->ApplyBatch(record(2, 3, t0, id), 2, nullptr).ok());  // while the first is written
+  ASSERT_TRUE(wa->CommitSealed().ok());
+  wa->FinishCommit();
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(views(7), 1);
+  EXPECT_EQ(views(8), 1);
+  EXPECT_EQ(wa->TakeStats().duplicate_event_ids, 4u);
+
+  // After a restart the stored id is found.
+  wa.reset();
+  Reopen();
+  wa = NewApplier();
+  ASSERT_TRUE(wa->ApplyBatch(record(3, 1, t0 + 1000, id), 3, nullptr).ok());
+  // Events without an id are never compared; another id is another event.
+  ASSERT_TRUE(wa->ApplyBatch(record(3, 2, t0, 0), 4, nullptr).ok());
+  ASSERT_TRUE(wa->ApplyBatch(record(3, 3, t0, schemas::EventIdHash("another")), 5, nullptr).ok());
+  // The id used again two days later: a new event.
+  ASSERT_TRUE(wa->ApplyBatch(record(3, 4, t0 + 48 * 3600 * 1000LL, id), 6, nullptr).ok());
+  ASSERT_TRUE(wa->Commit().ok());
+  EXPECT_EQ(views(7), 4);
+  EXPECT_EQ(views(8), 4);
+  EXPECT_EQ(wa->TakeStats().duplicate_event_ids, 2u);
+}
+
+TEST(EventIdHashTest, IsFixedAndNeverZero) {
+  // Stored in the state and in tally.deltas: must never change.
+  EXPECT_EQ(schemas::EventIdHash("retry-me"), schemas::EventIdHash(std::string("retry-") + "me"));
+  EXPECT_NE(schemas::EventIdHash("a"), schemas::EventIdHash("b"));
+  EXPECT_NE(schemas::EventIdHash(""), 0u);
+}
+
+}  // namespace
+}  // namespace tally::aggregator

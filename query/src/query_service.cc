@@ -546,9 +546,16 @@ Response QueryService::HandleEvents(const Request& request) {
 
   st = options_.publisher->Publish(records);
   if (!st.ok()) {
+    // The broker did not answer in time: some of the request may be in the
+    // log. 503 outcome_unknown tells the client to retry the same request;
+    // events that carry an "id" are applied once however often they come.
+    const bool unknown = st.code() == base::StatusCode::kUnavailable;
     return ErrorResponse(
-        st.WithContext(fmt::format("publishing {} events to {} (some may have been published)",
-                                   records.size(), options_.publisher->topic())));
+        st.WithContext(
+            fmt::format("publishing {} events to {}{}", records.size(), options_.publisher->topic(),
+                        unknown ? " (some may have been published: retry with the same event ids)"
+                                : " (some may have been published)")),
+        unknown ? "outcome_unknown" : "");
   }
   return JsonResponse(202, fmt::format(FMT_COMPILE("{{\"accepted\":{}}}"), records.size()));
 }
@@ -624,8 +631,12 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
   ingest::PublishRecord record{fmt::format_int(user_id).str(), std::move(json)};
   base::Status st = options_.publisher->Publish(std::span<const ingest::PublishRecord>(&record, 1));
   if (!st.ok()) {
-    return ErrorResponse(st.WithContext(
-        fmt::format("publishing the {} reset of user {}", schemas::UnreadKindName(kind), user_id)));
+    // A reset applied twice reads the same, so its retry is always safe.
+    const bool unknown = st.code() == base::StatusCode::kUnavailable;
+    return ErrorResponse(st.WithContext(fmt::format(
+                             "publishing the {} reset of user {}{}", schemas::UnreadKindName(kind),
+                             user_id, unknown ? " (it may have been published: retry it)" : "")),
+                         unknown ? "outcome_unknown" : "");
   }
   return JsonResponse(202, "{\"accepted\":true}");
 }

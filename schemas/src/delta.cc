@@ -61,13 +61,36 @@ uint32_t DeltaBatchBuilder::StreamIndex(std::string_view topic, int32_t partitio
   return static_cast<uint32_t>(streams_.size() - 1);
 }
 
+uint64_t EventIdHash(std::string_view id) {
+  // FNV-1a over the bytes, then splitmix64's finalizer so that ids that
+  // differ in one character differ in every bit. Fixed forever: the hashes
+  // are stored in the state and in tally.deltas.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : id) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h == 0 ? 1 : h;
+}
+
 void DeltaBatchBuilder::Add(const Delta& d) {
   std::string* b = &body_;
   PutVarint(b, d.source.stream);
   PutVarint(b, static_cast<uint64_t>(d.source.offset));
   PutVarint(b, d.source.effect);
   PutVarint(b, static_cast<uint64_t>(d.source.ts));
-  b->push_back(static_cast<char>(d.op));
+  // The op's high bit says an event id's hash follows (8 bytes, little
+  // endian): deltas of events without an id carry nothing more.
+  b->push_back(
+      static_cast<char>(static_cast<uint8_t>(d.op) | (d.event_id != 0 ? kEventIdFlag : 0)));
+  if (d.event_id != 0) {
+    for (int i = 0; i < 8; i++) b->push_back(static_cast<char>((d.event_id >> (8 * i)) & 0xff));
+  }
   PutVarint(b, d.entity);
   switch (d.op) {
     case DeltaOp::kPostCounter:
@@ -173,6 +196,15 @@ bool DeltaBatchReader::Next(Delta* d) {
   }
   if (pos_ >= in_.size()) return fail("truncated");
   uint8_t op = static_cast<uint8_t>(in_[pos_++]);
+  d->event_id = 0;
+  if (op & kEventIdFlag) {
+    op &= static_cast<uint8_t>(~kEventIdFlag);
+    if (in_.size() - pos_ < 8) return fail("truncated event id");
+    for (int i = 0; i < 8; i++)
+      d->event_id |= uint64_t{static_cast<uint8_t>(in_[pos_ + i])} << (8 * i);
+    pos_ += 8;
+    if (d->event_id == 0) return fail("zero event id");
+  }
   if (op < 1 || op > kMaxDeltaOp) return fail("unknown op");
   if (!GetVarint(in_, &pos_, &entity)) return fail("bad entity");
   d->op = static_cast<DeltaOp>(op);

@@ -133,6 +133,41 @@ TEST(DeltaBatchTest, DamagedBatchesAreReportedNeverCrash) {
   }
 }
 
+TEST(DeltaBatchTest, AnEventIdRoundTripsAndCostsNothingWithout) {
+  DeltaBatchBuilder with, without;
+  Delta d;
+  d.op = DeltaOp::kPostCounter;
+  d.entity = 42;
+  d.field = 3;
+  d.amount = 1;
+  d.source.stream = with.StreamIndex("tally.events", 0);
+  without.StreamIndex("tally.events", 0);
+  without.Add(d);
+  d.event_id = EventIdHash("order-17/retry");
+  with.Add(d);
+  std::string a = with.Finish(), b = without.Finish();
+  EXPECT_EQ(a.size(), b.size() + 8);  // the hash, nothing else
+  for (const std::string* bytes : {&a, &b}) {
+    DeltaBatchReader r;
+    ASSERT_TRUE(r.Open(*bytes).ok());
+    Delta out;
+    ASSERT_TRUE(r.Next(&out)) << r.status().ToString();
+    EXPECT_EQ(out.event_id, bytes == &a ? d.event_id : 0u);
+    EXPECT_EQ(out.op, DeltaOp::kPostCounter);
+    EXPECT_EQ(out.entity, 42u);
+    EXPECT_EQ(out.amount, 1);
+  }
+  // A damaged batch with the flag but no room for the hash.
+  std::string cut = a.substr(0, a.size() - 12);
+  DeltaBatchReader r;
+  if (r.Open(cut).ok()) {
+    Delta out;
+    while (r.Next(&out)) {
+    }
+    EXPECT_FALSE(r.status().ok());
+  }
+}
+
 TEST(PartitionOfTest, StableAndSpread) {
   EXPECT_EQ(PartitionOf(12345, 16), PartitionOf(12345, 16));
   std::vector<int> hist(16);

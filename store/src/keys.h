@@ -39,6 +39,7 @@ enum class RecordKind : char {
   kUserRedDot = 'D',
   kFeedSnapshot = 'S',
   kViewChunk = 'v',
+  kEventId = 'i',  // <event id hash BE> -> varint ts, 8-byte copy fingerprint
   kMeta = '\0',
 };
 

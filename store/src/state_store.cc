@@ -67,18 +67,30 @@ std::string ReadCurrentFile(const std::string& db_path) {
 
 // Drops notice-read and user red-dot records whose last touch (event time)
 // is older than the inactivity horizon: such users then read as new users.
+// Drops event id records older than the dedup horizon.
 // Merge operands are judged one by one: both fields of these records are
 // "set" or "max" operations stamped with the event time, so an operand that
 // is older than the horizon is dominated by any newer one, and dropping it
 // changes nothing unless every operand (and the base value) is old.
 class InactivePurgeFilter : public rocksdb::CompactionFilter {
  public:
-  InactivePurgeFilter(int64_t inactive_ms, std::function<int64_t()> now) : inactive_ms_(inactive_ms), now_(std::move(now)) {}
+  InactivePurgeFilter(int64_t inactive_ms, int64_t dedup_ms, std::function<int64_t()> now)
+      : inactive_ms_(inactive_ms), dedup_ms_(dedup_ms), now_(std::move(now)) {}
   const char* Name() const override { return "tally.InactivePurge"; }
   Decision FilterV2(int, const rocksdb::Slice& key, ValueType type, const rocksdb::Slice& value, std::string*,
                     std::string*) const override {
-    if (key.size() == 0 || inactive_ms_ <= 0) return Decision::kKeep;
+    if (key.size() == 0) return Decision::kKeep;
     char kind = key[0];
+    if (kind == static_cast<char>(RecordKind::kEventId)) {
+      // An event id is remembered for --dedup-hours of its event time.
+      size_t pos = 0;
+      uint64_t ts = 0;
+      std::string_view v(value.data(), value.size());
+      if (type != ValueType::kValue || dedup_ms_ <= 0 || !GetVarint64(v, &pos, &ts))
+        return Decision::kKeep;
+      return static_cast<int64_t>(ts) < now_() - dedup_ms_ ? Decision::kRemove : Decision::kKeep;
+    }
+    if (inactive_ms_ <= 0) return Decision::kKeep;
     if (kind != static_cast<char>(RecordKind::kNoticeRead) && kind != static_cast<char>(RecordKind::kUserRedDot)) {
       return Decision::kKeep;
     }
@@ -100,6 +112,7 @@ class InactivePurgeFilter : public rocksdb::CompactionFilter {
 
  private:
   int64_t inactive_ms_;
+  int64_t dedup_ms_;
   std::function<int64_t()> now_;
 };
 
@@ -147,6 +160,13 @@ void PartitionBatch::DeleteLike(uint64_t post_id, uint64_t user_id) {
 void PartitionBatch::PutFollow(uint64_t user_id, uint64_t target_id) {
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &rep_->key);
   rep_->wb.Put(rep_->key, rocksdb::Slice());
+}
+void PartitionBatch::PutEventId(uint64_t event_id, int64_t ts, uint64_t copy) {
+  EncodeKey(RecordKind::kEventId, event_id, &rep_->key);
+  rep_->value.clear();
+  PutVarint64(&rep_->value, static_cast<uint64_t>(std::max<int64_t>(ts, 0)));
+  for (int i = 0; i < 8; i++) rep_->value.push_back(static_cast<char>((copy >> (8 * i)) & 0xff));
+  rep_->wb.Put(rep_->key, rep_->value);
 }
 void PartitionBatch::DeleteFollow(uint64_t user_id, uint64_t target_id) {
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &rep_->key);
@@ -266,6 +286,25 @@ Result<bool> Partition::HasFollow(uint64_t user_id, uint64_t target_id) const {
   char buf[17];
   return KeyExists(rep_->db.load().get(), EdgeKey(RecordKind::kFollowEdge, user_id, target_id, buf),
                    "reading follow edge");
+}
+
+Result<std::optional<Partition::EventIdRecord>> Partition::GetEventId(uint64_t event_id) const {
+  char buf[9];
+  buf[0] = static_cast<char>(RecordKind::kEventId);
+  for (int i = 0; i < 8; i++) buf[1 + i] = static_cast<char>((event_id >> (56 - 8 * i)) & 0xff);
+  std::string value;
+  rocksdb::Status st = rep_->db.load()->Get(rocksdb::ReadOptions(), rocksdb::Slice(buf, 9), &value);
+  if (st.IsNotFound()) return std::optional<EventIdRecord>();
+  if (!st.ok()) return FromRocks(st, "reading event id");
+  EventIdRecord r;
+  size_t pos = 0;
+  uint64_t ts = 0;
+  if (!GetVarint64(value, &pos, &ts) || value.size() - pos != 8) {
+    return Status::Corruption(fmt::format("partition {}: event id record does not decode", id_));
+  }
+  r.ts = static_cast<int64_t>(ts);
+  for (int i = 0; i < 8; i++) r.copy |= uint64_t{static_cast<uint8_t>(value[pos + i])} << (8 * i);
+  return std::optional<EventIdRecord>(r);
 }
 
 namespace {
@@ -561,7 +600,8 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
                  std::chrono::system_clock::now().time_since_epoch()).count();
     };
   }
-  rep->purge = std::make_unique<InactivePurgeFilter>(options.inactive_days * 86400000LL, std::move(now));
+  rep->purge = std::make_unique<InactivePurgeFilter>(
+      options.inactive_days * 86400000LL, options.dedup_hours * 3600000LL, std::move(now));
   db_options.compaction_filter = rep->purge.get();
   // Every partition shares the flush/compaction threads of one Env.
   db_options.env->SetBackgroundThreads(2, rocksdb::Env::LOW);

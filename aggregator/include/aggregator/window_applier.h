@@ -49,14 +49,17 @@ struct WindowStats {
   uint64_t applied = 0;     // deltas applied
   uint64_t duplicates = 0;  // deltas skipped by mark
   uint64_t stale_notices = 0;  // notices whose id was not above the newest
+  uint64_t duplicate_event_ids = 0;  // deltas of a copy of an event applied already
 };
 
 class WindowApplier {
  public:
   // `partition` must outlive this object. `deltas_topic` names the source
   // stream of derived deltas. `partitions` is the deltas partition count.
+  // `dedup_ms`: two records of events with the same id whose event times
+  // lie within this of each other are one event, applied once.
   WindowApplier(store::Partition* partition, std::string deltas_topic, uint32_t partitions,
-                store::ViewedOptions viewed = {});
+                store::ViewedOptions viewed = {}, int64_t dedup_ms = 24 * 3600 * 1000LL);
 
   // Loads the committed progress. Call before anything else.
   base::Status Load();
@@ -117,6 +120,10 @@ class WindowApplier {
   using Edges = WindowMap<std::pair<uint64_t, uint64_t>, bool>;
 
   base::Result<bool> EdgeSet(bool like, uint64_t a, uint64_t b);
+  // True when `d` belongs to another copy (another record) of an event
+  // already applied in this partition; otherwise claims its id for the copy
+  // `copy`, so that later copies are dropped.
+  base::Result<bool> IsCopyOfAppliedEvent(const schemas::Delta& d, uint64_t copy);
   void ClearWindow();
   void DropViewBitsOf(uint32_t table_id);
   void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
@@ -136,6 +143,16 @@ class WindowApplier {
   WindowMap<uint64_t, UnreadOps> unread_ops_;
   Edges likes_;
   Edges follows_;
+  // Event ids claimed by the window: id hash -> the copy applied.
+  struct IdClaim {
+    int64_t ts = 0;
+    uint64_t copy = 0;
+  };
+  int64_t dedup_ms_;
+  WindowMap<uint64_t, IdClaim> event_ids_;
+  WindowMap<uint64_t, IdClaim> sealed_event_ids_;
+  std::vector<uint64_t>
+      stream_copy_seeds_;  // per stream of the batch: its part of a copy's fingerprint
   // Unread shapes other than plain counters.
   store::NoticeHead notice_head_;
   struct PendingNotice {

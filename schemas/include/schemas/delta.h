@@ -13,7 +13,8 @@
 //   u8 version (=1)
 //   n_streams, then per stream: topic length, topic bytes, partition
 //   n_deltas, then per delta:
-//     stream index, offset, effect, ts, u8 op, entity, then by op:
+//     stream index, offset, effect, ts, u8 op (| 0x80 when an event id
+//     follows), [event id hash: 8 bytes little endian], entity, then by op:
 //       kPostCounter, kUserCounter, kUnreadAdd: u8 field, zigzag amount
 //       kUnreadReset:                            u8 field
 //       kLikeSet/Unset, kFollowSet/Unset,
@@ -51,6 +52,12 @@ enum class DeltaOp : uint8_t {
   kViewMember = 14,     // entity=post, member=user: add (post, user) to the "viewed" filter
 };
 inline constexpr uint8_t kMaxDeltaOp = 14;
+// Set in a delta's op byte on the wire when the delta carries an event id.
+inline constexpr uint8_t kEventIdFlag = 0x80;
+
+// The 64-bit hash by which tally knows an event's `id` (SPEC section 1):
+// never 0, the same on every machine and in every version.
+uint64_t EventIdHash(std::string_view id);
 
 enum class PostField : uint8_t { kLike = 0, kRepost = 1, kComment = 2, kView = 3 };
 inline constexpr int kPostFieldCount = 4;
@@ -87,6 +94,10 @@ struct Delta {
   std::string_view text;
   const std::pair<uint64_t, uint64_t>* snapshot = nullptr;
   uint32_t snapshot_size = 0;
+  // EventIdHash of the event's `id`; 0 when the event has none. Every
+  // effect of an event carries it: the partition applying an effect drops
+  // it when another copy of the event (another record) was applied there.
+  uint64_t event_id = 0;
   DeltaSource source;
 };
 

@@ -71,7 +71,7 @@ inline constexpr int64_t kMaxTs = 253402300799999LL;
 struct Event {
   EventType type = EventType::kPost;
   int64_t ts = 0;
-  std::string id;  // optional tracing id, empty when absent
+  std::string id;  // optional event id (SPEC section 1: applied once per id), empty when absent
 
   uint64_t post_id = 0;
   uint64_t user_id = 0;              // like/unlike/repost/comment/view/mention/follow/unfollow/read

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,10 @@ struct StoreOptions {
   // Notice and red-dot records of users untouched (by event time) for
   // longer than this are dropped by compaction; <= 0 keeps them forever.
   int64_t inactive_days = 30;
+  // How long an event id is remembered (SPEC section 1, --dedup-hours):
+  // records of event ids whose event time is older than this (by the wall
+  // clock) are dropped by compaction.
+  int64_t dedup_hours = 24;
   // Clock of the purge, ms since the epoch; empty: the wall clock.
   std::function<int64_t()> now_ms;
   // Fault drills and tests only: when not empty, every RocksDB write (WAL,
@@ -134,6 +139,10 @@ class PartitionBatch {
   void DeleteLike(uint64_t post_id, uint64_t user_id);
   void PutFollow(uint64_t user_id, uint64_t target_id);
   void DeleteFollow(uint64_t user_id, uint64_t target_id);
+  // Records that the copy `copy` (a fingerprint of the record that carried
+  // it) of the event with id hash `event_id`, of event time `ts`, was applied
+  // in this partition.
+  void PutEventId(uint64_t event_id, int64_t ts, uint64_t copy);
   // Appends notice `notice_id` as the `ordinal`-th notice.
   void PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title);
   // The user's last-read notice id := notice_id; touched := max(touched, ts).
@@ -172,6 +181,13 @@ class Partition {
   // Point reads. Safe for concurrent use. IOError/Corruption on failure.
   base::Result<bool> HasLike(uint64_t post_id, uint64_t user_id) const;
   base::Result<bool> HasFollow(uint64_t user_id, uint64_t target_id) const;
+  // The copy of event `event_id` this partition applied (PutEventId), if
+  // it remembers one.
+  struct EventIdRecord {
+    int64_t ts = 0;
+    uint64_t copy = 0;
+  };
+  base::Result<std::optional<EventIdRecord>> GetEventId(uint64_t event_id) const;
 
   // The newest notice (only meaningful in the partition of kGlobalEntity).
   base::Result<NoticeHead> LoadNoticeHead() const;
