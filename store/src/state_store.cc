@@ -860,39 +860,49 @@ Result<uint64_t> StateStore::NewestNoticeId() const {
   return head->last_id;
 }
 
+Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
+  std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
+  rocksdb::DB* udb = udb_ref.get();
+  std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
+  rocksdb::DB* gdb = gdb_ref.get();
+  // count - ordinal of the newest notice at or below the last read id.
+  int64_t read[2];
+  bool has_read = false;
+  TALLY_RETURN_IF_ERROR(
+      ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user", &has_read));
+  if (!has_read) return 0;
+  auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, partitions())]
+                  ->LoadNoticeHead();
+  if (!head.ok()) return head.status();
+  uint64_t ordinal = 0;
+  std::string probe;
+  EncodeKey(RecordKind::kNotice, static_cast<uint64_t>(read[0]), &probe);
+  std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(probe);
+  if (!it->status().ok()) return FromRocks(it->status(), "seeking notices");
+  if (it->Valid() && it->key().size() == 9 &&
+      it->key()[0] == static_cast<char>(RecordKind::kNotice)) {
+    size_t pos = 0;
+    if (!GetVarint64(std::string_view(it->value().data(), it->value().size()), &pos, &ordinal)) {
+      return Status::Corruption("notice record does not decode");
+    }
+  }
+  return static_cast<int64_t>(head->count - std::min(head->count, ordinal));
+}
+
 Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   UnreadView view;
   auto counters = GetUnreadCounters(user_id);
   if (!counters.ok()) return counters.status();
   view.counters = *counters;
-  const uint32_t n = partitions();
   std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
   rocksdb::DB* udb = udb_ref.get();
   std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
   rocksdb::DB* gdb = gdb_ref.get();
 
-  // Notices: count - ordinal of the newest notice at or below the last read id.
-  int64_t read[2];
-  bool has_read = false;
-  TALLY_RETURN_IF_ERROR(
-      ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user", &has_read));
-  if (has_read) {
-    auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->LoadNoticeHead();
-    if (!head.ok()) return head.status();
-    uint64_t ordinal = 0;
-    std::string probe;
-    EncodeKey(RecordKind::kNotice, static_cast<uint64_t>(read[0]), &probe);
-    std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
-    it->SeekForPrev(probe);
-    if (!it->status().ok()) return FromRocks(it->status(), "seeking notices");
-    if (it->Valid() && it->key().size() == 9 && it->key()[0] == static_cast<char>(RecordKind::kNotice)) {
-      size_t pos = 0;
-      if (!GetVarint64(std::string_view(it->value().data(), it->value().size()), &pos, &ordinal)) {
-        return Status::Corruption("notice record does not decode");
-      }
-    }
-    view.notice = static_cast<int64_t>(head->count - std::min(head->count, ordinal));
-  }
+  auto notice = GetNoticeUnread(user_id);
+  if (!notice.ok()) return notice.status();
+  view.notice = *notice;
 
   // Red dots: every channel with a global time; shown when the user's click is older or absent.
   std::map<std::string, int64_t> mine;

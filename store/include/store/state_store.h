@@ -240,6 +240,8 @@ class StateStore {
   base::Result<std::vector<uint64_t>> GetFollowees(uint64_t user_id) const;
   // Everything of `GET /v1/users/{id}/unread`.
   base::Result<UnreadView> GetUnread(uint64_t user_id) const;
+  // Its notice part: the user's unread notices (0 without a last-read id).
+  base::Result<int64_t> GetNoticeUnread(uint64_t user_id) const;
   // The user's snapshot (exists=false if the user never reset the feed).
   base::Result<FeedSnapshot> GetFeedSnapshot(uint64_t user_id) const;
   // The current post count of each of the user's followees, ascending id:
