@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
   const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, so.partitions);
   store::PartitionBatch b;
   for (int64_t i = 1; i <= notices; i++) {
-    b.PutNotice(static_cast<uint64_t>(i) * 10, static_cast<uint64_t>(i),
-                fmt::format("notice {}", i));
+    b.PutNotice(static_cast<uint64_t>(i) * 10, fmt::format("notice {}", i));
     if (i % 100 == 0 || i == notices) {
       if (auto st = s->partition(global)->Commit(&b); !st.ok()) return Fail(st);
       b.Clear();

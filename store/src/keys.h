@@ -5,7 +5,8 @@
 //   'n' user(8)              -> unread counters: 6 varints (UnreadKind order)
 //   'l' post(8) user(8)      -> like edge, empty value
 //   'f' user(8) target(8)    -> followee edge, empty value
-//   'N' notice(8)            -> notice: varint ordinal (read by nothing), title bytes
+//   'N' notice(8)            -> notice: varint 0 (a 1-based ordinal in states written
+//                               before; read by nothing), title bytes
 //   'r' user(8)              -> notice read: 2 varints (last-read notice id, touched ts)
 //   'd' channel              -> red dot: 1 varint (global dot time)
 //   'D' user(8) channel      -> user red dot: 2 varints (click time, touched ts)

@@ -157,10 +157,12 @@ void PartitionBatch::DeleteFollow(uint64_t user_id, uint64_t target_id) {
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &rep_->key);
   rep_->wb.Delete(rep_->key);
 }
-void PartitionBatch::PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title) {
+void PartitionBatch::PutNotice(uint64_t notice_id, std::string_view title) {
   EncodeKey(RecordKind::kNotice, notice_id, &rep_->key);
   rep_->value.clear();
-  PutVarint64(&rep_->value, ordinal);
+  // Where states written before kept the notice's ordinal, read by nothing
+  // now: the layout stays, so both read the same.
+  PutVarint64(&rep_->value, 0);
   rep_->value.append(title);
   rep_->wb.Put(rep_->key, rep_->value);
   rep_->notices.push_back(notice_id);
@@ -316,38 +318,9 @@ Result<bool> Partition::HasFollow(uint64_t user_id, uint64_t target_id) const {
                    "reading follow edge");
 }
 
-namespace {
-// The last record under the one-byte prefix `kind`, or NotFound.
-Status SeekLastOf(rocksdb::DB* db, char kind, std::string* key, std::string* value) {
-  std::string upper(1, static_cast<char>(kind + 1));
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-  it->SeekForPrev(upper);
-  if (it->Valid() && it->key().compare(upper) >= 0) it->Prev();
-  if (!it->status().ok()) return FromRocks(it->status(), "seeking");
-  if (!it->Valid() || it->key().size() == 0 || it->key()[0] != kind) return Status::NotFound("none");
-  key->assign(it->key().data(), it->key().size());
-  value->assign(it->value().data(), it->value().size());
-  return Status::Ok();
-}
-}  // namespace
-
 bool Partition::HasNotice(uint64_t notice_id) const {
   std::shared_ptr<const NoticeIds> ids = rep_->notice_ids.load();
   return std::binary_search(ids->begin(), ids->end(), notice_id);
-}
-
-Result<NoticeHead> Partition::LoadNoticeHead() const {
-  std::string key, value;
-  Status st = SeekLastOf(rep_->db.load().get(), static_cast<char>(RecordKind::kNotice), &key, &value);
-  if (st.code() == base::StatusCode::kNotFound) return NoticeHead();
-  if (!st.ok()) return st;
-  NoticeHead head;
-  size_t pos = 0;
-  if (key.size() != 9 || !GetVarint64(value, &pos, &head.count)) {
-    return Status::Corruption(fmt::format("partition {}: notice record does not decode", id_));
-  }
-  head.last_id = DecodeBigEndian64(key.data() + 1);
-  return head;
 }
 
 Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) const {

@@ -315,18 +315,17 @@ TEST_F(StateStoreTest, UnreadNoticesAreTheIdsAboveTheLastReadWhateverTheirOrder)
     expect(store.get(), {0, 0, 0, 0, 0, 0}, 0);
     // 30 and 50 first, then 10 and 20 late, one window each; 40 last with
     // 10 again in its window.
-    uint64_t ordinal = 0;
     for (uint64_t id : {50, 30, 10, 20}) {
       PartitionBatch b;
-      b.PutNotice(id, ++ordinal, "n");
+      b.PutNotice(id, "n");
       ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
     }
     expect(store.get(), {4, 3, 3, 1, 0, 0}, 50);
     EXPECT_TRUE(store->partition(global)->HasNotice(20));
     EXPECT_FALSE(store->partition(global)->HasNotice(40));
     PartitionBatch b;
-    b.PutNotice(40, ++ordinal, "n");
-    b.PutNotice(10, ++ordinal, "n");
+    b.PutNotice(40, "n");
+    b.PutNotice(10, "n");
     ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
     expect(store.get(), {5, 4, 4, 2, 0, 0}, 50);
   }
@@ -347,14 +346,14 @@ TEST_F(StateStoreTest, ReadOnlyStoreFollowsLateNotices) {
     ASSERT_TRUE(writer->partition(p)->Commit(&b).ok());
   };
   commit(schemas::PartitionOf(7, 4), [](PartitionBatch* b) { b->SetNoticeRead(7, 100, 1); });
-  commit(global, [](PartitionBatch* b) { b->PutNotice(200, 1, "n"); });
+  commit(global, [](PartitionBatch* b) { b->PutNotice(200, "n"); });
   StoreOptions ro = options_;
   ro.read_only = true;
   auto reader_r = StateStore::Open(ro);
   ASSERT_TRUE(reader_r.ok()) << reader_r.status().ToString();
   auto reader = std::move(reader_r).value();
   EXPECT_EQ(reader->GetNoticeUnread(7).value(), 1);
-  commit(global, [](PartitionBatch* b) { b->PutNotice(150, 2, "n"); });
+  commit(global, [](PartitionBatch* b) { b->PutNotice(150, "n"); });
   ASSERT_TRUE(reader->CatchUp().ok());
   EXPECT_EQ(reader->GetNoticeUnread(7).value(), 2);
   // Commits without notices leave the list as it is.
@@ -364,7 +363,7 @@ TEST_F(StateStoreTest, ReadOnlyStoreFollowsLateNotices) {
   EXPECT_EQ(reader->NewestNoticeId().value(), 200u);
   writer.reset();
   writer = OpenOrDie();
-  commit(global, [](PartitionBatch* b) { b->PutNotice(101, 3, "n"); });
+  commit(global, [](PartitionBatch* b) { b->PutNotice(101, "n"); });
   for (int i = 0; i < 3; i++) ASSERT_TRUE(reader->CatchUp().ok());
   EXPECT_EQ(reader->GetNoticeUnread(7).value(), 3);
   EXPECT_EQ(writer->GetNoticeUnread(7).value(), 3);
@@ -396,7 +395,7 @@ TEST_F(StateStoreTest, AReadAfterACommitCountsItsLateNotices) {
   }
   for (uint64_t id = 500; id >= 1; id--) {
     PartitionBatch b;
-    b.PutNotice(id, 501 - id, "n");
+    b.PutNotice(id, "n");
     ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
     committed = static_cast<int64_t>(501 - id);
   }

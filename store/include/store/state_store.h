@@ -92,12 +92,6 @@ struct FeedSnapshot {
 // The ids of a partition's notices, ascending.
 using NoticeIds = std::vector<uint64_t>;
 
-// The highest notice id and the number of notices.
-struct NoticeHead {
-  uint64_t last_id = 0;
-  uint64_t count = 0;
-};
-
 // The highest (offset, effect) applied from one source stream, and the event
 // time of that delta.
 struct SourceMark {
@@ -134,9 +128,8 @@ class PartitionBatch {
   void PutFollow(uint64_t user_id, uint64_t target_id);
   void DeleteFollow(uint64_t user_id, uint64_t target_id);
   // Adds notice `notice_id` to the partition's notice list (a set of ids;
-  // putting an id again replaces its title). `ordinal` is stored and read
-  // by nothing.
-  void PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title);
+  // putting an id again replaces its title).
+  void PutNotice(uint64_t notice_id, std::string_view title);
   // The user's last-read notice id := notice_id; touched := max(touched, ts).
   void SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t ts);
   // Global dot time of `channel` := max(itself, ts).
@@ -174,8 +167,6 @@ class Partition {
   base::Result<bool> HasLike(uint64_t post_id, uint64_t user_id) const;
   base::Result<bool> HasFollow(uint64_t user_id, uint64_t target_id) const;
 
-  // The newest notice (only meaningful in the partition of kGlobalEntity).
-  base::Result<NoticeHead> LoadNoticeHead() const;
   // Whether notice `notice_id` is in the partition's notice list as
   // committed (only the partition of kGlobalEntity has one): an in-memory
   // lookup, no I/O. Safe for concurrent use.
