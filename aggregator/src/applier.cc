@@ -49,7 +49,7 @@ struct Applier::Rep {
 
   base::Counter* applied_total;
   base::Counter* duplicates_total;
-  base::Counter* stale_notices_total;
+  base::Counter* repeated_notices_total;
   base::Counter* duplicate_event_ids_total;
   base::Counter* windows_total;
   base::Counter* corrupt_total;
@@ -65,8 +65,9 @@ struct Applier::Rep {
     auto& m = base::MetricsRegistry::Global();
     applied_total = m.GetCounter("tally_applier_deltas_total", "Deltas applied to the state");
     duplicates_total = m.GetCounter("tally_applier_duplicates_total", "Deltas skipped as already applied");
-    stale_notices_total = m.GetCounter("tally_applier_stale_notices_total",
-                                       "Notices ignored because their id was not above the newest");
+    repeated_notices_total =
+        m.GetCounter("tally_applier_repeated_notices_total",
+                     "Notices ignored because their id was in the list already");
     duplicate_event_ids_total = m.GetCounter(
         "tally_applier_duplicate_event_ids_total",
         "Deltas dropped because another record of an event with the same id was applied");
@@ -170,7 +171,7 @@ struct Applier::Rep {
       WindowStats ws = wa->TakeStats();
       applied_total->Inc(ws.applied);
       duplicates_total->Inc(ws.duplicates);
-      stale_notices_total->Inc(ws.stale_notices);
+      repeated_notices_total->Inc(ws.repeated_notices);
       duplicate_event_ids_total->Inc(ws.duplicate_event_ids);
     }
     writer.Start();

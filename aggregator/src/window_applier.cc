@@ -30,9 +30,6 @@ Status WindowApplier::Load() {
   if (!p.ok()) return p.status();
   progress_ = std::move(p).value();
   committed_offset_ = progress_.next_deltas_offset;
-  auto head = partition_->LoadNoticeHead();
-  if (!head.ok()) return head.status();
-  notice_head_ = *head;
   auto viewed = partition_->LoadViewedTables(viewed_options_);
   if (!viewed.ok()) return viewed.status();
   viewed_ = std::move(viewed).value();
@@ -86,6 +83,13 @@ base::Result<bool> WindowApplier::IsCopyOfAppliedEvent(const Delta& d, uint64_t 
     return true;
   if (claim == nullptr || claim->copy != copy) event_ids_[d.event_id] = IdClaim{d.source.ts, copy};
   return false;
+}
+
+// In the window, the sealed window (on its way to the store) or the store.
+bool WindowApplier::NoticeListed(uint64_t id) const {
+  if (notices_.count(id) != 0) return true;
+  if (sealed_ && sealed_notices_.count(id) != 0) return true;
+  return partition_->HasNotice(id);
 }
 
 Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
@@ -198,18 +202,18 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
       break;
     }
     case DeltaOp::kNoticeAppend:
-      // The notice list is one list in one partition: ids must increase.
-      if (d.member <= notice_head_.last_id) {
-        stats_.stale_notices++;
-        TALLY_LOG_WARN_LIMITED(stale_notice_log_, "applier",
-                               "{}/{} offset {}: notice {} ignored, not above the newest notice {}",
-                               deltas_topic_, partition_->id(), offset, d.member,
-                               notice_head_.last_id);
+      // The list is a set of ids: a notice counts however late it comes
+      // (notices published unkeyed arrive from every input partition, in
+      // any order), and an id already listed is a repeat, ignored. Which
+      // copy is the first is fixed by tally.deltas, so replay keeps it.
+      if (NoticeListed(d.member)) {
+        stats_.repeated_notices++;
+        TALLY_LOG_WARN_LIMITED(repeated_notice_log_, "applier",
+                               "{}/{} offset {}: notice {} ignored, already in the list",
+                               deltas_topic_, partition_->id(), offset, d.member);
         break;
       }
-      notice_head_.last_id = d.member;
-      notice_head_.count++;
-      notices_.push_back({d.member, notice_head_.count, std::string(d.text)});
+      notices_.emplace(d.member, std::string(d.text));
       break;
     case DeltaOp::kNoticeRead: {
       auto& ops = notice_reads_[d.entity];
@@ -289,7 +293,7 @@ void WindowApplier::Seal() {
       batch_.DeleteFollow(k.first, k.second);
   }
   for (const auto& [id, claim] : event_ids_) batch_.PutEventId(id, claim.ts, claim.copy);
-  for (const auto& n : notices_) batch_.PutNotice(n.id, n.ordinal, n.title);
+  for (const auto& [id, title] : notices_) batch_.PutNotice(id, title);
   for (const auto& [user, ops] : notice_reads_) {
     batch_.SetNoticeRead(user, static_cast<uint64_t>(ops[0].add), ops[1].floor);
   }
@@ -318,6 +322,7 @@ void WindowApplier::Seal() {
   std::swap(likes_, sealed_likes_);
   std::swap(follows_, sealed_follows_);
   std::swap(event_ids_, sealed_event_ids_);
+  std::swap(notices_, sealed_notices_);
   ClearWindow();
   sealed_ = true;
   sealed_landed_ = false;
@@ -334,6 +339,7 @@ void WindowApplier::FinishCommit() {
   sealed_likes_.clear();
   sealed_follows_.clear();
   sealed_event_ids_.clear();
+  sealed_notices_.clear();
   sealed_ = false;
   sealed_landed_ = false;
 }

@@ -207,8 +207,8 @@ void FillUnreadShapes(store::StateStore* s) {
   using store::CounterOp;
   using testing::CommitTo;
   CommitTo(s, schemas::kGlobalEntity, [](store::PartitionBatch* b) {
-    b->PutNotice(10, 1, "maintenance");
-    b->PutNotice(20, 2, "new \"terms\"");
+    b->PutNotice(10, "maintenance");
+    b->PutNotice(20, "new \"terms\"");
     b->MaxRedDot("discover", 100);
     b->MaxRedDot("games", 50);
   });

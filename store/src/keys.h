@@ -5,7 +5,8 @@
 //   'n' user(8)              -> unread counters: 6 varints (UnreadKind order)
 //   'l' post(8) user(8)      -> like edge, empty value
 //   'f' user(8) target(8)    -> followee edge, empty value
-//   'N' notice(8)            -> notice: varint ordinal (1-based), title bytes
+//   'N' notice(8)            -> notice: varint 0 (a 1-based ordinal in states written
+//                               before; read by nothing), title bytes
 //   'r' user(8)              -> notice read: 2 varints (last-read notice id, touched ts)
 //   'd' channel              -> red dot: 1 varint (global dot time)
 //   'D' user(8) channel      -> user red dot: 2 varints (click time, touched ts)
@@ -13,6 +14,8 @@
 //   'v' table(4) chunk(4)    -> "viewed" table chunk: kViewChunkBytes bitmap, merged by OR
 //   0x00 "progress"          -> Progress (see EncodeProgress)
 //   0x00 "viewed"            -> ViewedTables metadata
+//   0x00 "notices"           -> varint: how many 'N' records the partition holds,
+//                               written with every batch that adds one
 // Ids are big-endian so that a prefix scan returns members in id order.
 #pragma once
 
@@ -45,6 +48,7 @@ enum class RecordKind : char {
 
 inline constexpr std::string_view kProgressKey{"\0progress", 9};
 inline constexpr std::string_view kViewedKey{"\0viewed", 7};
+inline constexpr std::string_view kNoticeCountKey{"\0notices", 8};
 
 // Number of counter fields of a counter record kind; 0 if `kind` is not one.
 int CounterFieldCount(char kind);

@@ -126,6 +126,11 @@ struct PartitionBatch::Rep {
   // The counter records merged, dropped from the read cache on commit.
   std::vector<std::pair<char, uint64_t>> counters;
   bool red_dots = false;  // a global red dot changed
+  // The notice ids put, added to the partition's index on commit, and
+  // whether the notice count record is in `wb` already (a retried commit
+  // must not add it twice).
+  std::vector<uint64_t> notices;
+  bool notice_count_put = false;
 };
 
 PartitionBatch::PartitionBatch() : rep_(std::make_unique<Rep>()) {}
@@ -172,12 +177,15 @@ void PartitionBatch::DeleteFollow(uint64_t user_id, uint64_t target_id) {
   EncodeKey(RecordKind::kFollowEdge, user_id, target_id, &rep_->key);
   rep_->wb.Delete(rep_->key);
 }
-void PartitionBatch::PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title) {
+void PartitionBatch::PutNotice(uint64_t notice_id, std::string_view title) {
   EncodeKey(RecordKind::kNotice, notice_id, &rep_->key);
   rep_->value.clear();
-  PutVarint64(&rep_->value, ordinal);
+  // Where states written before kept the notice's ordinal, read by nothing
+  // now: the layout stays, so both read the same.
+  PutVarint64(&rep_->value, 0);
   rep_->value.append(title);
   rep_->wb.Put(rep_->key, rep_->value);
+  rep_->notices.push_back(notice_id);
 }
 void PartitionBatch::SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t ts) {
   EncodeKey(RecordKind::kNoticeRead, user_id, &rep_->key);
@@ -229,6 +237,8 @@ void PartitionBatch::Clear() {
   rep_->wb.Clear();
   rep_->counters.clear();
   rep_->red_dots = false;
+  rep_->notices.clear();
+  rep_->notice_count_put = false;
 }
 
 // ---------------------------------------------------------------- Partition
@@ -251,10 +261,50 @@ struct Partition::Rep {
   bool primary_closed = false;
   // The store's read cache (borrowed; null when there is none).
   CounterCache* cache = nullptr;
+  // The ids of the partition's notices, ascending (only the partition of
+  // kGlobalEntity has any), so that "how many above x" is a binary search
+  // in memory. Read from `db` when it is opened or replaced; a commit that
+  // adds notices publishes a new vector after its write and before it
+  // returns. Never changed in place: readers keep what they loaded.
+  std::atomic<std::shared_ptr<const NoticeIds>> notice_ids;
+  // Read-only stores: the notice count record when the ids were last read
+  // (empty: none), so that CatchUp reads them again only after a commit
+  // that added notices.
+  std::string notice_count_seen;
+
+  // Reads the notice ids (and the count record) from `db` into notice_ids.
+  Status LoadNoticeIds(rocksdb::DB* db, uint32_t id);
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
 Partition::~Partition() = default;
+
+Status Partition::Rep::LoadNoticeIds(rocksdb::DB* db, uint32_t id) {
+  auto ids = std::make_shared<NoticeIds>();
+  const char lower[1] = {static_cast<char>(RecordKind::kNotice)};
+  const char upper[1] = {static_cast<char>(RecordKind::kNotice) + 1};
+  rocksdb::Slice upper_bound(upper, 1);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_bound;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->Seek(rocksdb::Slice(lower, 1)); it->Valid(); it->Next()) {
+    if (it->key().size() != 9) {
+      return Status::Corruption(fmt::format("partition {}: malformed notice key", id));
+    }
+    ids->push_back(DecodeBigEndian64(it->key().data() + 1));
+  }
+  if (!it->status().ok())
+    return FromRocks(it->status(), fmt::format("partition {}: listing notices", id));
+  std::string count;
+  rocksdb::Status s =
+      db->Get(rocksdb::ReadOptions(),
+              rocksdb::Slice(kNoticeCountKey.data(), kNoticeCountKey.size()), &count);
+  if (!s.ok() && !s.IsNotFound())
+    return FromRocks(s, fmt::format("partition {}: reading the notice count", id));
+  notice_count_seen = s.ok() ? std::move(count) : std::string();
+  notice_ids.store(std::move(ids));
+  return Status::Ok();
+}
 
 namespace {
 Result<bool> KeyExists(rocksdb::DB* db, const rocksdb::Slice& key, std::string_view what) {
@@ -307,33 +357,9 @@ Result<std::optional<Partition::EventIdRecord>> Partition::GetEventId(uint64_t e
   return std::optional<EventIdRecord>(r);
 }
 
-namespace {
-// The last record under the one-byte prefix `kind`, or NotFound.
-Status SeekLastOf(rocksdb::DB* db, char kind, std::string* key, std::string* value) {
-  std::string upper(1, static_cast<char>(kind + 1));
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-  it->SeekForPrev(upper);
-  if (it->Valid() && it->key().compare(upper) >= 0) it->Prev();
-  if (!it->status().ok()) return FromRocks(it->status(), "seeking");
-  if (!it->Valid() || it->key().size() == 0 || it->key()[0] != kind) return Status::NotFound("none");
-  key->assign(it->key().data(), it->key().size());
-  value->assign(it->value().data(), it->value().size());
-  return Status::Ok();
-}
-}  // namespace
-
-Result<NoticeHead> Partition::LoadNoticeHead() const {
-  std::string key, value;
-  Status st = SeekLastOf(rep_->db.load().get(), static_cast<char>(RecordKind::kNotice), &key, &value);
-  if (st.code() == base::StatusCode::kNotFound) return NoticeHead();
-  if (!st.ok()) return st;
-  NoticeHead head;
-  size_t pos = 0;
-  if (key.size() != 9 || !GetVarint64(value, &pos, &head.count)) {
-    return Status::Corruption(fmt::format("partition {}: notice record does not decode", id_));
-  }
-  head.last_id = DecodeBigEndian64(key.data() + 1);
-  return head;
+bool Partition::HasNotice(uint64_t notice_id) const {
+  std::shared_ptr<const NoticeIds> ids = rep_->notice_ids.load();
+  return std::binary_search(ids->begin(), ids->end(), notice_id);
 }
 
 Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) const {
@@ -367,10 +393,32 @@ Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->primary_closed) {
     return Status::Unavailable(fmt::format("partition {}: closed after a write error, not reopened yet", id_));
   }
-  rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb);
+  PartitionBatch::Rep& b = *batch->rep_;
+  // The notice list with the batch's notices, and its size in the batch
+  // (a read-only store reads the ids again when that record changes).
+  std::shared_ptr<const NoticeIds> notices;
+  if (!b.notices.empty()) {
+    std::shared_ptr<const NoticeIds> old = rep_->notice_ids.load();
+    std::sort(b.notices.begin(), b.notices.end());
+    auto merged = std::make_shared<NoticeIds>();
+    merged->reserve(old->size() + b.notices.size());
+    std::set_union(old->begin(), old->end(), b.notices.begin(), b.notices.end(),
+                   std::back_inserter(*merged));
+    merged->erase(std::unique(merged->begin(), merged->end()), merged->end());
+    if (!b.notice_count_put) {
+      b.value.clear();
+      PutVarint64(&b.value, merged->size());
+      b.wb.Put(rocksdb::Slice(kNoticeCountKey.data(), kNoticeCountKey.size()), b.value);
+      b.notice_count_put = true;
+    }
+    notices = std::move(merged);
+  }
+  rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &b.wb);
   // Before returning: whatever the caller publishes after Commit (applied
-  // offsets, say) must not be seen beside a cached value from before it.
-  // On a failed write nothing changed, and dropping entries is harmless.
+  // offsets, say) must not be seen beside a cached value from before it,
+  // nor beside a notice list from before it. On a failed write nothing
+  // changed, and dropping entries is harmless.
+  if (s.ok() && notices != nullptr) rep_->notice_ids.store(std::move(notices));
   if (rep_->cache != nullptr) {
     rep_->cache->BeginInvalidate();
     for (const auto& [kind, id] : batch->rep_->counters) rep_->cache->Invalidate(kind, id);
@@ -383,7 +431,9 @@ Status Partition::Resume() {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
   if (!rep_->primary_closed) {
     rocksdb::Status s = rep_->db.load()->Resume();
-    if (s.ok()) return Status::Ok();
+    // A write that failed may have landed after all: the notice ids are
+    // read again from what the database holds.
+    if (s.ok()) return rep_->LoadNoticeIds(rep_->db.load().get(), id_);
     // RocksDB 7.8 treats a failed WAL write as unrecoverable for the open
     // instance (DB::Resume refuses it): the only way on is to close the
     // database and open it again, which replays the WAL as written.
@@ -401,6 +451,7 @@ Status Partition::Resume() {
     rep_->primary_closed = true;
     TALLY_LOG_WARN("store", "partition {}: closed after an unrecoverable write error ({}); reads go to a "
                    "read-only instance until it reopens", id_, s.ToString());
+    TALLY_RETURN_IF_ERROR(rep_->LoadNoticeIds(ro, id_));
   }
   rocksdb::DB* raw = nullptr;
   TALLY_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(rep_->options, rep_->path, &raw),
@@ -408,6 +459,7 @@ Status Partition::Resume() {
   rep_->db.store(std::shared_ptr<rocksdb::DB>(raw));
   rep_->primary_closed = false;
   if (rep_->cache != nullptr) rep_->cache->Clear();
+  TALLY_RETURN_IF_ERROR(rep_->LoadNoticeIds(raw, id_));
   TALLY_LOG_WARN("store", "partition {}: reopened for writing", id_);
   return Status::Ok();
 }
@@ -425,6 +477,12 @@ struct StateStore::Rep {
   std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
   std::unique_ptr<CounterCache> cache;  // StoreOptions::read_cache_bytes; outlives the partitions
 
+  // The partition of kGlobalEntity: the notice list and the red dots.
+  Partition::Rep& GlobalPartition() const {
+    return *partitions[schemas::PartitionOf(schemas::kGlobalEntity,
+                                            static_cast<uint32_t>(partitions.size()))]
+                ->rep_;
+  }
   // The database of the partition that owns `entity`, held for the caller.
   std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
     return partitions[schemas::PartitionOf(entity, static_cast<uint32_t>(partitions.size()))]->rep_->db.load();
@@ -686,6 +744,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
     prep->current = std::move(currents[i]);
     prep->cache = rep->cache.get();
+    TALLY_RETURN_IF_ERROR(prep->LoadNoticeIds(raws[i], i));
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
   if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
@@ -896,9 +955,22 @@ Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
 }
 
 Result<uint64_t> StateStore::NewestNoticeId() const {
-  auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, partitions())]->LoadNoticeHead();
-  if (!head.ok()) return head.status();
-  return head->last_id;
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  return ids->empty() ? 0 : ids->back();
+}
+
+Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
+  std::shared_ptr<rocksdb::DB> udb = rep_->DbOf(user_id);
+  int64_t read[2];
+  bool has_read = false;
+  TALLY_RETURN_IF_ERROR(ReadCounters(udb.get(), RecordKind::kNoticeRead, user_id, read, 2,
+                                     "notice read of user", &has_read));
+  if (!has_read) return 0;
+  // Every notice in the list with an id above the last read one, whenever
+  // it arrived: the list is a set of ids, not a sequence.
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  return static_cast<int64_t>(
+      ids->end() - std::upper_bound(ids->begin(), ids->end(), static_cast<uint64_t>(read[0])));
 }
 
 Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
@@ -906,34 +978,14 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   auto counters = GetUnreadCounters(user_id);
   if (!counters.ok()) return counters.status();
   view.counters = *counters;
-  const uint32_t n = partitions();
   std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
   rocksdb::DB* udb = udb_ref.get();
   std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
   rocksdb::DB* gdb = gdb_ref.get();
 
-  // Notices: count - ordinal of the newest notice at or below the last read id.
-  int64_t read[2];
-  bool has_read = false;
-  TALLY_RETURN_IF_ERROR(
-      ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2, "notice read of user", &has_read));
-  if (has_read) {
-    auto head = rep_->partitions[schemas::PartitionOf(schemas::kGlobalEntity, n)]->LoadNoticeHead();
-    if (!head.ok()) return head.status();
-    uint64_t ordinal = 0;
-    std::string probe;
-    EncodeKey(RecordKind::kNotice, static_cast<uint64_t>(read[0]), &probe);
-    std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
-    it->SeekForPrev(probe);
-    if (!it->status().ok()) return FromRocks(it->status(), "seeking notices");
-    if (it->Valid() && it->key().size() == 9 && it->key()[0] == static_cast<char>(RecordKind::kNotice)) {
-      size_t pos = 0;
-      if (!GetVarint64(std::string_view(it->value().data(), it->value().size()), &pos, &ordinal)) {
-        return Status::Corruption("notice record does not decode");
-      }
-    }
-    view.notice = static_cast<int64_t>(head->count - std::min(head->count, ordinal));
-  }
+  auto notice = GetNoticeUnread(user_id);
+  if (!notice.ok()) return notice.status();
+  view.notice = *notice;
 
   // Red dots: every channel with a global time; shown when the user's click is older or absent.
   std::map<std::string, int64_t> mine;
@@ -1084,7 +1136,21 @@ Status StateStore::CatchUp() {
                                       fmt::format("partition {}: catching up", p->id())));
       reopen = ReadCurrentFile(r.path) != r.current;
     }
-    if (!reopen) continue;
+    if (!reopen) {
+      // The notice ids are read again only when a commit added notices:
+      // every such commit rewrites the count record.
+      std::string count;
+      rocksdb::Status s =
+          r.db.load()->Get(rocksdb::ReadOptions(),
+                           rocksdb::Slice(kNoticeCountKey.data(), kNoticeCountKey.size()), &count);
+      if (!s.ok() && !s.IsNotFound()) {
+        return FromRocks(s, fmt::format("partition {}: reading the notice count", p->id()));
+      }
+      if (!s.ok()) count.clear();
+      if (count != r.notice_count_seen)
+        TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(r.db.load().get(), p->id()));
+      continue;
+    }
     std::string current = ReadCurrentFile(r.path);
     rocksdb::DB* raw = nullptr;
     std::string secondary = fmt::format("{}.{}", r.secondary_base, ++r.generation);
@@ -1092,6 +1158,7 @@ Status StateStore::CatchUp() {
                                     fmt::format("partition {}: reopening after its writer restarted", p->id())));
     r.db.store(std::shared_ptr<rocksdb::DB>(raw));
     r.current = std::move(current);
+    TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(raw, p->id()));
     TALLY_LOG_INFO("store", "partition {}: its writer reopened the database; following it afresh", p->id());
   }
   return Status::Ok();

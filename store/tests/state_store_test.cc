@@ -285,5 +285,125 @@ TEST_F(StateStoreTest, ReadCacheFollowsRedDotCommits) {
   EXPECT_EQ(dots(), (std::vector<std::pair<std::string, bool>>{{"feed", true}, {"games", true}}));
 }
 
+// The notice list is a set of ids: a user's unread notices are those with an
+// id above their last-read id, in whatever order the notices were
+// committed, and the list is read back from RocksDB on open.
+TEST_F(StateStoreTest, UnreadNoticesAreTheIdsAboveTheLastReadWhateverTheirOrder) {
+  const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, 4);
+  // user -> last-read id; user 9 has read nothing.
+  const std::vector<std::pair<uint64_t, uint64_t>> reads = {{1, 0},  {2, 10}, {3, 15},
+                                                            {4, 30}, {5, 50}, {6, 60}};
+  auto expect = [&](StateStore* store, const std::vector<int64_t>& want, uint64_t newest) {
+    for (size_t i = 0; i < reads.size(); i++) {
+      auto n = store->GetNoticeUnread(reads[i].first);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      EXPECT_EQ(*n, want[i]) << "user " << reads[i].first << " read up to " << reads[i].second;
+      auto view = store->GetUnread(reads[i].first);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      EXPECT_EQ(view->notice, want[i]);
+    }
+    EXPECT_EQ(store->GetNoticeUnread(9).value(), 0) << "no last-read id: 0";
+    EXPECT_EQ(store->NewestNoticeId().value(), newest);
+  };
+  {
+    auto store = OpenOrDie();
+    for (const auto& [user, id] : reads) {
+      PartitionBatch b;
+      b.SetNoticeRead(user, id, 1);
+      ASSERT_TRUE(store->partition(schemas::PartitionOf(user, 4))->Commit(&b).ok());
+    }
+    expect(store.get(), {0, 0, 0, 0, 0, 0}, 0);
+    // 30 and 50 first, then 10 and 20 late, one window each; 40 last with
+    // 10 again in its window.
+    for (uint64_t id : {50, 30, 10, 20}) {
+      PartitionBatch b;
+      b.PutNotice(id, "n");
+      ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
+    }
+    expect(store.get(), {4, 3, 3, 1, 0, 0}, 50);
+    EXPECT_TRUE(store->partition(global)->HasNotice(20));
+    EXPECT_FALSE(store->partition(global)->HasNotice(40));
+    PartitionBatch b;
+    b.PutNotice(40, "n");
+    b.PutNotice(10, "n");
+    ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
+    expect(store.get(), {5, 4, 4, 2, 0, 0}, 50);
+  }
+  auto store = OpenOrDie();
+  expect(store.get(), {5, 4, 4, 2, 0, 0}, 50);
+  EXPECT_TRUE(store->partition(global)->HasNotice(40));
+}
+
+// `tally serve` follows the notice list too: a late notice committed by the
+// writer is counted once the reader catches up, also after the writer
+// reopened its database.
+TEST_F(StateStoreTest, ReadOnlyStoreFollowsLateNotices) {
+  auto writer = OpenOrDie();
+  const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, 4);
+  auto commit = [&](uint32_t p, const std::function<void(PartitionBatch*)>& f) {
+    PartitionBatch b;
+    f(&b);
+    ASSERT_TRUE(writer->partition(p)->Commit(&b).ok());
+  };
+  commit(schemas::PartitionOf(7, 4), [](PartitionBatch* b) { b->SetNoticeRead(7, 100, 1); });
+  commit(global, [](PartitionBatch* b) { b->PutNotice(200, "n"); });
+  StoreOptions ro = options_;
+  ro.read_only = true;
+  auto reader_r = StateStore::Open(ro);
+  ASSERT_TRUE(reader_r.ok()) << reader_r.status().ToString();
+  auto reader = std::move(reader_r).value();
+  EXPECT_EQ(reader->GetNoticeUnread(7).value(), 1);
+  commit(global, [](PartitionBatch* b) { b->PutNotice(150, "n"); });
+  ASSERT_TRUE(reader->CatchUp().ok());
+  EXPECT_EQ(reader->GetNoticeUnread(7).value(), 2);
+  // Commits without notices leave the list as it is.
+  commit(global, [](PartitionBatch* b) { b->MaxRedDot("feed", 5); });
+  ASSERT_TRUE(reader->CatchUp().ok());
+  EXPECT_EQ(reader->GetNoticeUnread(7).value(), 2);
+  EXPECT_EQ(reader->NewestNoticeId().value(), 200u);
+  writer.reset();
+  writer = OpenOrDie();
+  commit(global, [](PartitionBatch* b) { b->PutNotice(101, "n"); });
+  for (int i = 0; i < 3; i++) ASSERT_TRUE(reader->CatchUp().ok());
+  EXPECT_EQ(reader->GetNoticeUnread(7).value(), 3);
+  EXPECT_EQ(writer->GetNoticeUnread(7).value(), 3);
+}
+
+// A read that starts after a commit returned counts that commit's notices,
+// while readers race the writer adding ever older ones.
+TEST_F(StateStoreTest, AReadAfterACommitCountsItsLateNotices) {
+  options_.read_cache_bytes = 1 << 20;
+  auto store = OpenOrDie();
+  const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, 4);
+  {
+    PartitionBatch b;
+    b.SetNoticeRead(3, 0, 1);
+    ASSERT_TRUE(store->partition(schemas::PartitionOf(3, 4))->Commit(&b).ok());
+  }
+  std::atomic<int64_t> committed{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> violations{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; r++) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        int64_t floor = committed.load();
+        auto n = store->GetNoticeUnread(3);
+        if (!n.ok() || *n < floor) violations++;
+      }
+    });
+  }
+  for (uint64_t id = 500; id >= 1; id--) {
+    PartitionBatch b;
+    b.PutNotice(id, "n");
+    ASSERT_TRUE(store->partition(global)->Commit(&b).ok());
+    committed = static_cast<int64_t>(501 - id);
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(store->GetNoticeUnread(3).value(), 500);
+}
+
 }  // namespace
 }  // namespace tally::store

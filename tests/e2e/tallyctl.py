@@ -433,16 +433,21 @@ def wait_lag_zero(client, timeout=120, proc=None, min_input_end=None):
 # kcat.
 
 
-def publish(kcat, brokers, records, topic=EVENTS_TOPIC, timeout=180):
+def publish(kcat, brokers, records, topic=EVENTS_TOPIC, timeout=180, keyed=True):
     """Publishes (key, value) pairs with kcat, keyed (`-K '\\t'`), with the
-    idempotent producer; returns when kcat has flushed everything."""
+    idempotent producer; returns when kcat has flushed everything. With
+    keyed=False, `records` are values, published without a key, each on a
+    partition the producer picks at random (its sticky partitioner, which
+    would put a burst on one partition, off)."""
     lines = []
-    for key, value in records:
+    for record in records:
+        key, value = record if keyed else ("", record)
         if "\t" in key or "\n" in key or "\n" in value:
             raise ValueError("key/value not publishable as a kcat line: %r %r" % (key, value))
-        lines.append("%s\t%s\n" % (key, value))
+        lines.append("%s\t%s\n" % (key, value) if keyed else "%s\n" % value)
     data = "".join(lines).encode()
-    argv = [kcat, "-P", "-b", brokers, "-t", topic, "-K", "\\t", "-X", "enable.idempotence=true", "-q"]
+    argv = [kcat, "-P", "-b", brokers, "-t", topic, "-X", "enable.idempotence=true", "-q"]
+    argv += ["-K", "\\t"] if keyed else ["-X", "sticky.partitioning.linger.ms=0"]
     try:
         res = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              timeout=timeout, preexec_fn=_child_setup)

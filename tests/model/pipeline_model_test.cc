@@ -1,6 +1,7 @@
 // Model-based randomized test of the whole counting pipeline: random event
 // streams (every counter type, duplicate likes, unlikes, follows/unfollows,
-// unread increments and resets, invalid records) go through the real Router
+// unread increments and resets, notices in no order on random partitions,
+// some ids repeated, invalid records) go through the real Router
 // and Applier against the embedded broker (librdkafka's mock cluster,
 // in-process), and the state must equal a naive reference model that applies
 // the same events one by one. The seed is printed on failure; rerun with
@@ -45,7 +46,7 @@ struct Model {
   std::map<uint64_t, std::array<int64_t, 3>> users;   // posts, followers, following
   std::map<uint64_t, std::array<int64_t, 6>> unread;  // mention..follower
   std::set<std::pair<uint64_t, uint64_t>> likes, follows;
-  std::vector<uint64_t> notices;                          // ascending ids
+  std::set<uint64_t> notices;                             // the list: a set of ids
   std::map<uint64_t, uint64_t> notice_read;               // user -> last-read id
   std::map<std::string, int64_t> dots;                    // channel -> global time
   std::map<std::pair<uint64_t, std::string>, int64_t> clicks;
@@ -55,7 +56,7 @@ struct Model {
   int64_t NoticeUnread(uint64_t u) const {
     auto it = notice_read.find(u);
     if (it == notice_read.end()) return 0;
-    return notices.end() - std::upper_bound(notices.begin(), notices.end(), it->second);
+    return std::distance(notices.upper_bound(it->second), notices.end());
   }
   int64_t FeedUnread(uint64_t u) {
     auto it = snapshots.find(u);
@@ -110,7 +111,7 @@ struct Model {
         if (e.user_id) viewed.insert({e.post_id, e.user_id});
         break;
       case EventType::kNotice:
-        if (notices.empty() || e.notice_id > notices.back()) notices.push_back(e.notice_id);
+        notices.insert(e.notice_id);  // however late; a repeated id changes nothing
         break;
       case EventType::kRedDot: dots[e.channel] = std::max(dots[e.channel], e.ts); break;
       case EventType::kMention: {
@@ -306,8 +307,9 @@ class PipelineModelTest : public ::testing::Test {
     else if (r < 96) { e.type = EventType::kUnfollow; e.user_id = Id(12); e.target_id = Id(12); }
     else if (r < 98) {
       e.type = EventType::kNotice;
-      // Mostly increasing, sometimes stale: a stale one must be ignored.
-      e.notice_id = rng_() % 5 == 0 && next_notice_ > 1 ? next_notice_ - 1 : ++next_notice_;
+      // Ids in no order, some repeated; ProduceEvent puts each on a random
+      // partition, so they also reach the global partition in no order.
+      e.notice_id = 1 + rng_() % kNoticeIds;
     } else {
       e.type = EventType::kRedDot;
       e.channel = kChannels[rng_() % 3];
@@ -320,15 +322,18 @@ class PipelineModelTest : public ::testing::Test {
     switch (e.type) {
       case EventType::kLike: case EventType::kUnlike: return "p" + std::to_string(e.post_id);
       case EventType::kPost: case EventType::kPostDelete: return "u" + std::to_string(e.author_id);
-      case EventType::kNotice: return "notice";
       default: return "u" + std::to_string(e.user_id);
     }
   }
 
-  void Produce(const std::string& key, const std::string& value) {
+  // Publishes `value` with `key` (none when empty) to `partition` (the
+  // partitioner's choice by default).
+  void Produce(const std::string& key, const std::string& value,
+               int32_t partition = RD_KAFKA_PARTITION_UA) {
     for (;;) {
       auto err = rd_kafka_producev(producer_.get(), RD_KAFKA_V_TOPIC("tally.events"),
-                                   RD_KAFKA_V_KEY(key.data(), key.size()),
+                                   RD_KAFKA_V_PARTITION(partition),
+                                   RD_KAFKA_V_KEY(key.empty() ? nullptr : key.data(), key.size()),
                                    RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -337,6 +342,16 @@ class PipelineModelTest : public ::testing::Test {
       }
       ASSERT_EQ(err, RD_KAFKA_RESP_ERR_NO_ERROR);
       return;
+    }
+  }
+
+  // Publishes `e` keyed as SPEC section 2 recommends, but a notice without
+  // a key on a random partition: the list must not depend on their order.
+  void ProduceEvent(const Event& e) {
+    if (e.type == EventType::kNotice) {
+      Produce("", schemas::EventToJson(e), static_cast<int32_t>(rng_() % kPartitions));
+    } else {
+      Produce(KeyOf(e), schemas::EventToJson(e));
     }
   }
 
@@ -351,7 +366,7 @@ class PipelineModelTest : public ::testing::Test {
       }
       Event e = RandomEvent();
       model_.Apply(e);
-      Produce(KeyOf(e), schemas::EventToJson(e));
+      ProduceEvent(e);
     }
     ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
   }
@@ -366,7 +381,7 @@ class PipelineModelTest : public ::testing::Test {
       e.user_id = Id(30);
       e.read_kind = static_cast<UnreadKind>(rng_() % schemas::kUnreadKindCount);
       if (e.read_kind == UnreadKind::kNotice) {
-        e.notice_id = 1 + rng_() % (next_notice_ + 2);
+        e.notice_id = 1 + rng_() % (kNoticeIds + 2);
       } else if (e.read_kind == UnreadKind::kRedDot) {
         e.channel = kChannels[rng_() % 3];
       } else if (e.read_kind == UnreadKind::kFeed) {
@@ -558,7 +573,8 @@ class PipelineModelTest : public ::testing::Test {
 
   std::string router_group_ = "tally";
   static constexpr const char* kChannels[] = {"discover", "games", "live.now"};
-  uint64_t next_notice_ = 0;
+  // Notice ids are drawn from 1..kNoticeIds.
+  static constexpr uint64_t kNoticeIds = 300;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   uint64_t rng_seeded_flush_ = 0;
@@ -584,9 +600,13 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   PublishResets(40);
   ExpectConverges(store_.get());
 
-  // A clean restart in the middle of a stream.
+  // A clean restart in the middle of a stream, the store reopened (the
+  // notice list is read back from RocksDB).
   PublishEvents(1500, true);
   StopPipeline();
+  store_.reset();
+  store_ = OpenStore(dir_ / "live");
+  ASSERT_NE(store_, nullptr);
   rng_seeded_flush_ = rng_();
   StartPipeline();
   PublishEvents(1500, true);
@@ -603,8 +623,9 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   ExpectConverges(store_.get());
   StopPipeline();
 
-  // The stream did exercise every shape.
-  EXPECT_GT(model_.notices.size(), 10u);
+  // The stream did exercise every shape (notices: ~100 of 300 ids, some
+  // of them published more than once).
+  EXPECT_GT(model_.notices.size(), 50u);
   EXPECT_EQ(model_.dots.size(), 3u);
   EXPECT_FALSE(model_.snapshots.empty());
   EXPECT_GT(model_.viewed.size(), 100u);
@@ -750,7 +771,7 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
       for (int i = 0; i < 10; i++) {
         Event e = RandomEvent();
         model_.Apply(e);
-        Produce(KeyOf(e), schemas::EventToJson(e));
+        ProduceEvent(e);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

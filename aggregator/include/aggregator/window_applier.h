@@ -18,8 +18,9 @@
 //
 // Commit() is Seal(), CommitSealed() and FinishCommit() in a row. The live
 // applier splits them: it seals a window, has another thread write it, and
-// applies the next window meanwhile (edges are then decided over the
-// window, the sealed window and the store, in that order).
+// applies the next window meanwhile (edges, and whether a notice id is
+// listed already, are then decided over the window, the sealed window and
+// the store, in that order).
 //
 // Thread model: confined to the applier thread that owns the partition,
 // except CommitSealed() and RecoverFromFailedCommit(), which may run on
@@ -48,7 +49,7 @@ namespace tally::aggregator {
 struct WindowStats {
   uint64_t applied = 0;     // deltas applied
   uint64_t duplicates = 0;  // deltas skipped by mark
-  uint64_t stale_notices = 0;  // notices whose id was not above the newest
+  uint64_t repeated_notices = 0;  // notices whose id was in the list already
   uint64_t duplicate_event_ids = 0;  // deltas of a copy of an event applied already
 };
 
@@ -124,6 +125,7 @@ class WindowApplier {
   // already applied in this partition; otherwise claims its id for the copy
   // `copy`, so that later copies are dropped.
   base::Result<bool> IsCopyOfAppliedEvent(const schemas::Delta& d, uint64_t copy);
+  bool NoticeListed(uint64_t id) const;
   void ClearWindow();
   void DropViewBitsOf(uint32_t table_id);
   void ApplyOne(const schemas::Delta& d, uint32_t* derived_index, int64_t offset,
@@ -153,13 +155,9 @@ class WindowApplier {
   WindowMap<uint64_t, IdClaim> sealed_event_ids_;
   std::vector<uint64_t>
       stream_copy_seeds_;  // per stream of the batch: its part of a copy's fingerprint
-  // Unread shapes other than plain counters.
-  store::NoticeHead notice_head_;
-  struct PendingNotice {
-    uint64_t id, ordinal;
-    std::string title;
-  };
-  std::vector<PendingNotice> notices_;
+  // Unread shapes other than plain counters. Notices: id -> title, a
+  // set of ids whatever order they arrive in (SPEC section 1).
+  std::map<uint64_t, std::string> notices_;
   std::unordered_map<uint64_t, std::array<store::CounterOp, 2>> notice_reads_;
   std::unordered_map<std::string, store::CounterOp> red_dots_;
   std::map<std::pair<uint64_t, std::string>, int64_t> user_red_dots_;
@@ -190,10 +188,11 @@ class WindowApplier {
   int64_t sealed_next_offset_ = 0;
   Edges sealed_likes_;
   Edges sealed_follows_;
+  std::map<uint64_t, std::string> sealed_notices_;
   WindowStats stats_;
   // A producer whose notice ids restart (a second `tally produce --gen`, a
-  // reset sequence) sends one stale notice after another.
-  base::LogLimiter stale_notice_log_{10, 10000};
+  // reset sequence) sends one repeated notice after another.
+  base::LogLimiter repeated_notice_log_{10, 10000};
 };
 
 }  // namespace tally::aggregator

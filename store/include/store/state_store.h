@@ -98,11 +98,8 @@ struct FeedSnapshot {
   std::vector<std::pair<uint64_t, uint64_t>> followees;  // ascending id
 };
 
-// The highest notice id and the number of notices.
-struct NoticeHead {
-  uint64_t last_id = 0;
-  uint64_t count = 0;
-};
+// The ids of a partition's notices, ascending.
+using NoticeIds = std::vector<uint64_t>;
 
 // The highest (offset, effect) applied from one source stream, and the event
 // time of that delta.
@@ -143,8 +140,9 @@ class PartitionBatch {
   // it) of the event with id hash `event_id`, of event time `ts`, was applied
   // in this partition.
   void PutEventId(uint64_t event_id, int64_t ts, uint64_t copy);
-  // Appends notice `notice_id` as the `ordinal`-th notice.
-  void PutNotice(uint64_t notice_id, uint64_t ordinal, std::string_view title);
+  // Adds notice `notice_id` to the partition's notice list (a set of ids;
+  // putting an id again replaces its title).
+  void PutNotice(uint64_t notice_id, std::string_view title);
   // The user's last-read notice id := notice_id; touched := max(touched, ts).
   void SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t ts);
   // Global dot time of `channel` := max(itself, ts).
@@ -189,16 +187,19 @@ class Partition {
   };
   base::Result<std::optional<EventIdRecord>> GetEventId(uint64_t event_id) const;
 
-  // The newest notice (only meaningful in the partition of kGlobalEntity).
-  base::Result<NoticeHead> LoadNoticeHead() const;
+  // Whether notice `notice_id` is in the partition's notice list as
+  // committed (only the partition of kGlobalEntity has one): an in-memory
+  // lookup, no I/O. Safe for concurrent use.
+  bool HasNotice(uint64_t notice_id) const;
   // The "viewed" table metadata of this partition (empty tables if none).
   base::Result<ViewedTables> LoadViewedTables(const ViewedOptions& options) const;
 
   // The progress last committed (zero Progress for a new partition).
   base::Result<Progress> LoadProgress() const;
 
-  // Writes `batch` atomically (state and progress together). On error
-  // nothing of the batch is visible. Only the owning applier thread calls it.
+  // Writes `batch` atomically (state and progress together); the read
+  // cache and the notice ids follow it before it returns. On error nothing
+  // of the batch is visible. Only the owning applier thread calls it.
   base::Status Commit(PartitionBatch* batch);
 
   // After a failed Commit(): RocksDB may have stopped accepting writes (its
@@ -260,12 +261,16 @@ class StateStore {
   base::Result<std::vector<uint64_t>> GetFollowees(uint64_t user_id) const;
   // Everything of `GET /v1/users/{id}/unread`.
   base::Result<UnreadView> GetUnread(uint64_t user_id) const;
+  // Its notice part: how many notices of the list have an id above the
+  // user's last-read id, in whatever order they arrived (0 without a
+  // last-read id). A binary search in memory beside one point read.
+  base::Result<int64_t> GetNoticeUnread(uint64_t user_id) const;
   // The user's snapshot (exists=false if the user never reset the feed).
   base::Result<FeedSnapshot> GetFeedSnapshot(uint64_t user_id) const;
   // The current post count of each of the user's followees, ascending id:
   // the snapshot a feed reset records. One MultiGet per partition.
   base::Result<std::vector<std::pair<uint64_t, uint64_t>>> CurrentFolloweePosts(uint64_t user_id) const;
-  // The newest notice id, 0 if there is none.
+  // The highest notice id in the list, 0 if there is none.
   base::Result<uint64_t> NewestNoticeId() const;
   // Membership filter: false only if (post, user) was never added to a
   // table that is still live; true may be wrong at about the configured rate.
@@ -277,7 +282,8 @@ class StateStore {
   // Progress of every partition, indexed by partition.
   base::Result<std::vector<Progress>> LoadAllProgress() const;
 
-  // read_only stores: catch up with the writer's latest commits. No-op otherwise.
+  // read_only stores: catch up with the writer's latest commits, the notice
+  // ids included (read again when a commit added notices). No-op otherwise.
   base::Status CatchUp();
 
   // Resets every partition's progress (deltas offset 0, no marks) keeping
