@@ -103,6 +103,8 @@ class WatermarkSource {
   // calls are serialized.
   base::Result<WatermarkReport> Compute();
 
+  const std::string& deltas_topic() const { return options_.deltas_topic; }
+
  private:
   WatermarkSource(WatermarkOptions options, store::StateStore* store, base::KafkaHandle rk);
   base::Result<WatermarkReport> ComputeLocked();
