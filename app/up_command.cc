@@ -120,6 +120,7 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks->get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
   qo.auth_token = *token;
+  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   qo.ready = [&runner] { return runner.running(); };
   qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
