@@ -12,9 +12,11 @@ reads, so a read right after it (no sleep, no retry) sees it.
     counts right after must show each;
   - resets the author's unread likes with ?wait=visible after a liked
     batch: unread `like` right after must read 0;
-and the answers must be 200 {"accepted":N,"visible":true}. Then, with
---visible-timeout-ms 1 on a second `tally up`, a wait that cannot finish in
-time answers 504 not_yet_visible and the event still counts.
+and the answers must be 200 {"accepted":N,"visible":true}. The same through
+a `tally serve` following a separate `tally aggregate` (its own process,
+judging by Kafka and the state it follows): 40 likes and 10 follows. Then,
+with --visible-timeout-ms 1 on a second `tally up`, a wait that cannot
+finish in time answers 504 not_yet_visible and the event still counts.
 
   python3 e2e_wait_visible.py --tally build/tally [--rounds 150]
 """
@@ -114,6 +116,31 @@ def main():
         load.stop(grace=10)
         rc, clean = p.stop(grace=30)
         h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
+
+        # tally serve beside a separate aggregator.
+        broker, brokers2 = h.start_broker(partitions=4)
+        agg = h.spawn("tally aggregate", [h.tally, "aggregate", "--brokers", brokers2, "--state-dir",
+                                          h.path("state-split")], "aggregate.log")
+        tallyctl.wait_until("the aggregator to create the state",
+                            lambda: os.path.exists(h.path("state-split", "TALLY")), timeout=60, proc=agg)
+        serve, sclient = h.start_serve(brokers2, h.path("state-split"), tallyctl.free_port())
+        for i in range(40):
+            ev = {"type": "like", "ts": ts, "post_id": POST, "user_id": BASE + 100 + i}
+            r = sclient.post("/v1/events?wait=visible", ev)
+            if not h.check(r.status == 200 and r.json() == {"accepted": 1, "visible": True},
+                           "serve: like %d: %r" % (i, r)):
+                break
+            got = sclient.get("/v1/posts/%d/counts" % POST).json()["like"]
+            h.check(got == i + 1, "serve: like %d answered visible but the post reads %d likes" % (i, got))
+        for i in range(10):
+            ev = {"type": "follow", "ts": ts, "user_id": BASE + 1000 + i, "target_id": TARGET}
+            r = sclient.post("/v1/events?wait=visible", ev)
+            h.check(r.status == 200, "serve: follow %d: %r" % (i, r))
+            got = sclient.get("/v1/users/%d/counts" % TARGET).json()["followers"]
+            h.check(got == i + 1, "serve: follow %d answered visible but followers reads %d" % (i, got))
+        h.checkpoint("tally serve beside tally aggregate: 40 likes and 10 follows read right after")
+        for proc in (serve, agg, broker):
+            proc.stop(grace=30)
 
         # A timeout too short to make it: 504, and the event counts anyway.
         p2, client2, _ = up(h, "short", extra=["--visible-timeout-ms", "1"])
