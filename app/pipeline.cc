@@ -109,6 +109,12 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
   TALLY_RETURN_IF_ERROR(positive(f.write_timeout_ms, "write-timeout-ms", kDay));
   TALLY_RETURN_IF_ERROR(positive(f.max_connections, "max-connections", 1000000));
   TALLY_RETURN_IF_ERROR(positive(f.visible_timeout_ms, "visible-timeout-ms", kDay));
+  if (f.visible_timeout_ms >= f.request_timeout_ms) {
+    // The connection would be closed before the 504 could be written.
+    return Status::InvalidArgument(
+        fmt::format("--visible-timeout-ms {} must be below --request-timeout-ms {}",
+                    f.visible_timeout_ms, f.request_timeout_ms));
+  }
   if (f.rate_limit < 0 || f.rate_burst < 0) {
     return Status::InvalidArgument("--rate-limit and --rate-burst must not be negative");
   }

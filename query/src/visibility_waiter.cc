@@ -108,9 +108,10 @@ void VisibilityWaiter::Poll() {
       }
     }
     if (woke) wake_waiters_.notify_all();
-    if (poll_interval_ms_ > 0) {
-      wake_poller_.wait_for(lock, std::chrono::milliseconds(poll_interval_ms_),
-                            [&] { return stopping_; });
+    // A view that failed (a broker away) is asked again less eagerly.
+    const int pause_ms = report.ok() ? poll_interval_ms_ : std::max(poll_interval_ms_, 50);
+    if (pause_ms > 0) {
+      wake_poller_.wait_for(lock, std::chrono::milliseconds(pause_ms), [&] { return stopping_; });
     }
   }
 }
