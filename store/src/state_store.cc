@@ -19,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <shared_mutex>
 #include <thread>
 
 #include "base/log.h"
@@ -231,6 +232,11 @@ struct Partition::Rep {
   bool primary_closed = false;
   // The store's read cache (borrowed; null when there is none).
   CounterCache* cache = nullptr;
+  // With a cache: Commit() holds it across its write and the cache drop that
+  // follows, LoadProgress() shared, so progress that says a window is
+  // applied is never read while the cache may still serve a value from
+  // before it (lag 0 and ?wait=visible promise the next read sees it).
+  mutable std::shared_mutex commit_mu;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -309,6 +315,8 @@ Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) c
 }
 
 Result<Progress> Partition::LoadProgress() const {
+  std::shared_lock<std::shared_mutex> committing;
+  if (rep_->cache != nullptr) committing = std::shared_lock<std::shared_mutex>(rep_->commit_mu);
   std::string value;
   rocksdb::Status s = rep_->db.load()->Get(rocksdb::ReadOptions(),
                                     rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), &value);
@@ -328,6 +336,8 @@ Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->primary_closed) {
     return Status::Unavailable(fmt::format("partition {}: closed after a write error, not reopened yet", id_));
   }
+  std::unique_lock<std::shared_mutex> committing;
+  if (rep_->cache != nullptr) committing = std::unique_lock<std::shared_mutex>(rep_->commit_mu);
   rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &batch->rep_->wb);
   // Before returning: whatever the caller publishes after Commit (applied
   // offsets, say) must not be seen beside a cached value from before it.
