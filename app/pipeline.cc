@@ -92,6 +92,9 @@ void AddHttpFlags(base::FlagSet* fs, HttpFlags* f) {
           "requests per second per client address (IPv6: per /64), reads and writes alike, answered 429 with "
           "Retry-After beyond it; GET /healthz and /metrics are exempt; 0: no limit");
   fs->Int("rate-burst", &f->rate_burst, "requests a client may send at once under --rate-limit (0: one second's worth)");
+  fs->Int("visible-timeout-ms", &f->visible_timeout_ms,
+          "POST /v1/events?wait=visible and the resets' ?wait=visible answer 504 not_yet_visible "
+          "after this many ms (the events stay accepted)");
 }
 
 base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
@@ -108,6 +111,13 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
   TALLY_RETURN_IF_ERROR(positive(f.request_timeout_ms, "request-timeout-ms", kDay));
   TALLY_RETURN_IF_ERROR(positive(f.write_timeout_ms, "write-timeout-ms", kDay));
   TALLY_RETURN_IF_ERROR(positive(f.max_connections, "max-connections", 1000000));
+  TALLY_RETURN_IF_ERROR(positive(f.visible_timeout_ms, "visible-timeout-ms", kDay));
+  if (f.visible_timeout_ms >= f.request_timeout_ms) {
+    // The connection would be closed before the 504 could be written.
+    return Status::InvalidArgument(
+        fmt::format("--visible-timeout-ms {} must be below --request-timeout-ms {}",
+                    f.visible_timeout_ms, f.request_timeout_ms));
+  }
   if (f.rate_limit < 0 || f.rate_burst < 0) {
     return Status::InvalidArgument("--rate-limit and --rate-burst must not be negative");
   }

@@ -68,6 +68,7 @@ int RunServe(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
   qo.auth_token = *token;
+  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);

@@ -166,6 +166,7 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks->get();
   qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
   qo.auth_token = *token;
+  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
   qo.ready = [&runner, &stage_failed] { return runner.running() || stage_failed.load(); };

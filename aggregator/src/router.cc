@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "schemas/delta.h"
+#include "schemas/deltas_position.h"
 #include "schemas/event.h"
 
 namespace tally::aggregator {
@@ -26,6 +28,11 @@ constexpr size_t kMaxGenerationsInFlight = 8;
 constexpr size_t kConsumeBatch = 256;
 // Room left in a dead letter for its headers and Kafka's record overhead.
 constexpr size_t kDlqHeadroom = 16 << 10;
+// A produced message's opaque: its generation id above kSlotBits, and below
+// them 1 + its index among the generation's deltas messages (0: a dead
+// letter, whose offset nobody needs).
+constexpr int kSlotBits = 12;
+constexpr uintptr_t kSlotMask = (uintptr_t{1} << kSlotBits) - 1;
 }  // namespace
 
 struct Router::Rep {
@@ -46,11 +53,20 @@ struct Router::Rep {
   // before it are acknowledged, so a committed offset never runs ahead of a
   // delta or dead letter that is not in the log.
   using Offsets = std::map<std::pair<std::string, int32_t>, int64_t>;
+  // A deltas message of a generation: its partition, the offset the broker
+  // acknowledged it at, and per input stream it carries (a stream id, see
+  // stream_ids) the stream's smallest offset in it.
+  struct SentMessage {
+    uint32_t partition = 0;
+    int64_t offset = -1;  // -1 until acknowledged
+    std::vector<std::pair<uint32_t, int64_t>> firsts;
+  };
   struct Generation {
     uint64_t id = 0;
     int64_t outstanding = 0;  // messages produced and not yet acknowledged
     bool sealed = false;      // no more messages will be added
     Offsets offsets;
+    std::vector<SentMessage> sent;  // its deltas messages, in production order
   };
   std::deque<Generation> generations;  // oldest first; the back one is open
   const std::atomic<bool>* stop = nullptr;  // Run()'s; a flush at stop waits a bounded time
@@ -66,6 +82,59 @@ struct Router::Rep {
   // message.max.bytes less kDlqHeadroom (set in Run()).
   size_t dlq_max_value = 0;
 
+  // Where the deltas of each input stream's committed records lie, per
+  // deltas partition (schemas/deltas_position.h), learnt as generations are
+  // reaped and written into the metadata of every offset commit, so that
+  // /v1/watermarks can tell a record's deltas applied without lowering the
+  // stream to its mark. Costs one map lookup per (message, stream) at seal,
+  // one entry update per (message, stream) at reap and one metadata string
+  // per committed partition; nothing per record. Forgotten at every
+  // rebalance: another router may have routed a stream meanwhile.
+  struct StreamInPartition {
+    int64_t last = -1;        // this router's latest message carrying the stream; -1: none
+    int64_t first_input = 0;  // the stream's smallest offset in it
+    int64_t previous = -1;    // the one before; -1: none
+  };
+  std::map<std::pair<std::string, int32_t>, uint32_t> stream_ids;
+  std::vector<std::vector<StreamInPartition>> positions;  // [stream id][deltas partition]
+  // Per deltas partition, the offset of the first message this router got
+  // acknowledged there since it last forgot (-1: none yet): every delta of
+  // an earlier router lies below it.
+  std::vector<int64_t> first_acked;
+  std::vector<schemas::DeltasPosition> entries;  // scratch for one commit entry
+  std::string metadata;                          // scratch for one commit entry
+  bool untracked = false;  // a message's offset is unknown: vouch for nothing any more
+
+  uint32_t StreamId(const schemas::SourceStream& s) {
+    auto [it, added] = stream_ids.try_emplace({s.topic, s.partition}, positions.size());
+    if (added) positions.emplace_back(o.deltas_partitions);
+    return it->second;
+  }
+
+  void ForgetPositions() {
+    for (auto& per_partition : positions) {
+      std::fill(per_partition.begin(), per_partition.end(), StreamInPartition{});
+    }
+    first_acked.assign(o.deltas_partitions, -1);
+    untracked = false;
+  }
+
+  // What this router can vouch for about stream `id`'s committed records.
+  void DeltasPositionsOf(uint32_t id, std::string* out) {
+    entries.clear();
+    for (uint32_t d = 0; d < o.deltas_partitions; d++) {
+      const int64_t first = first_acked[d];
+      if (first < 0) continue;  // an earlier router's deltas may be anywhere
+      const StreamInPartition& p = positions[id][d];
+      if (p.last < 0) {
+        entries.push_back({d, first - 1, 0, first - 1});
+      } else {
+        entries.push_back({d, p.last, p.first_input, p.previous >= 0 ? p.previous : first - 1});
+      }
+    }
+    schemas::EncodeDeltasPositions(entries, out);
+  }
+
   std::string first_failure;  // first delivery failure; nothing after it is committed
   Status fatal;               // set by callbacks, returned by Run
 
@@ -80,6 +149,7 @@ struct Router::Rep {
 
   explicit Rep(RouterOptions opts) : o(std::move(opts)), router(o.deltas_partitions) {
     builders.resize(o.deltas_partitions);
+    first_acked.assign(o.deltas_partitions, -1);
     auto& m = base::MetricsRegistry::Global();
     events_total = m.GetCounter("tally_router_events_total", "Input records routed (valid and invalid)");
     invalid_total = m.GetCounter("tally_router_invalid_total", "Input records sent to the dead letter topic");
@@ -99,9 +169,13 @@ struct Router::Rep {
   // router's own thread.
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
     auto* self = static_cast<Rep*>(opaque);
-    uint64_t id = reinterpret_cast<uintptr_t>(m->_private);
+    const uintptr_t tag = reinterpret_cast<uintptr_t>(m->_private);
+    const uint64_t id = tag >> kSlotBits;
     if (!self->generations.empty() && id >= self->generations.front().id) {
-      self->generations[id - self->generations.front().id].outstanding--;
+      Generation& g = self->generations[id - self->generations.front().id];
+      g.outstanding--;
+      const uintptr_t slot = tag & kSlotMask;
+      if (slot != 0 && !m->err) g.sent[slot - 1].offset = m->offset;
     }
     if (m->err && self->first_failure.empty()) {
       self->first_failure = fmt::format("delivery to {}/{} failed: {}", rd_kafka_topic_name(m->rkt),
@@ -116,6 +190,7 @@ struct Router::Rep {
       for (int i = 0; i < parts->cnt; i++) {
         TALLY_LOG_INFO(kLog, "assigned {}/{}", parts->elems[i].topic, parts->elems[i].partition);
       }
+      self->ForgetPositions();
       rd_kafka_assign(rk, parts);
       return;
     }
@@ -123,6 +198,7 @@ struct Router::Rep {
     // where we stopped (a failure here only means it re-routes: deduplicated).
     Status st = self->Flush(/*sync_commit=*/true);
     if (!st.ok() && self->fatal.ok()) self->fatal = st;
+    self->ForgetPositions();
     TALLY_LOG_INFO(kLog, "revoked {} partitions", parts->cnt);
     rd_kafka_assign(rk, nullptr);
   }
@@ -244,11 +320,12 @@ struct Router::Rep {
     return Status::Ok();
   }
 
-  // Produces one message of the open generation.
+  // Produces one message of the open generation; `slot` is 1 + its index in
+  // the generation's `sent`, or 0 (a dead letter).
   Status Produce(const std::string& topic, int32_t partition, const std::string& value,
-                 rd_kafka_headers_t* headers) {
+                 rd_kafka_headers_t* headers, uintptr_t slot = 0) {
     Generation& g = Open();
-    void* opaque = reinterpret_cast<void*>(static_cast<uintptr_t>(g.id));
+    void* opaque = reinterpret_cast<void*>((static_cast<uintptr_t>(g.id) << kSlotBits) | slot);
     for (;;) {
       rd_kafka_resp_err_t err;
       if (headers) {
@@ -330,10 +407,26 @@ struct Router::Rep {
   // it; does not wait for the broker.
   Status Seal() {
     if (generations.empty() || generations.back().sealed) return Status::Ok();
+    Generation& g = generations.back();
     for (uint32_t d = 0; d < builders.size(); d++) {
-      if (builders[d].empty()) continue;
-      std::string value = builders[d].Finish();
-      TALLY_RETURN_IF_ERROR(Produce(o.deltas_topic, static_cast<int32_t>(d), value, nullptr));
+      schemas::DeltaBatchBuilder& b = builders[d];
+      if (b.empty()) continue;
+      uintptr_t slot = 0;
+      if (g.sent.size() < kSlotMask) {
+        SentMessage& sent = g.sent.emplace_back();
+        sent.partition = d;
+        sent.firsts.reserve(b.streams().size());
+        for (size_t i = 0; i < b.streams().size(); i++) {
+          sent.firsts.emplace_back(StreamId(b.streams()[i]), b.first_offsets()[i]);
+        }
+        slot = g.sent.size();
+      } else {
+        // Untracked (more partitions than a slot can name): where it lands
+        // is unknown, so nothing is vouched for until the next rebalance.
+        untracked = true;
+      }
+      std::string value = b.Finish();
+      TALLY_RETURN_IF_ERROR(Produce(o.deltas_topic, static_cast<int32_t>(d), value, nullptr, slot));
       messages_total->Inc();
     }
     generations.back().sealed = true;
@@ -354,14 +447,34 @@ struct Router::Rep {
     if (!first_failure.empty()) return Status::Unavailable(first_failure);
     Offsets done;
     while (!generations.empty() && generations.front().sealed && generations.front().outstanding == 0) {
-      for (const auto& [tp, next] : generations.front().offsets) done[tp] = next;
+      const Generation& g = generations.front();
+      for (const auto& [tp, next] : g.offsets) done[tp] = next;
+      for (const SentMessage& sent : g.sent) {
+        if (sent.offset < 0) untracked = true;  // acknowledged without an offset
+        if (untracked) continue;
+        if (first_acked[sent.partition] < 0) first_acked[sent.partition] = sent.offset;
+        for (const auto& [stream, first] : sent.firsts) {
+          StreamInPartition& p = positions[stream][sent.partition];
+          p.previous = p.last;
+          p.last = sent.offset;
+          p.first_input = first;
+        }
+      }
       generations.pop_front();
     }
     if (!done.empty()) {
       base::KafkaPartitionList list(
           rd_kafka_topic_partition_list_new(static_cast<int>(done.size())));
       for (const auto& [tp, next] : done) {
-        rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+        rd_kafka_topic_partition_t* e =
+            rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second);
+        e->offset = next;
+        if (untracked) continue;
+        DeltasPositionsOf(StreamId({tp.first, tp.second}), &metadata);
+        e->metadata = malloc(metadata.size());  // freed with the list
+        if (e->metadata == nullptr) continue;
+        memcpy(e->metadata, metadata.data(), metadata.size());
+        e->metadata_size = metadata.size();
       }
       rd_kafka_resp_err_t err =
           rd_kafka_commit_queue(consumer.get(), list.get(), commit_queue, nullptr, nullptr);

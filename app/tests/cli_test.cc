@@ -143,6 +143,21 @@ TEST(CliTest, VersionHelpAndUnknownCommand) {
   EXPECT_NE(bad.err.find("unknown flag --no-such-flag"), std::string::npos) << bad.err;
 }
 
+TEST(CliTest, VisibleTimeoutIsAFlagOfBothHttpCommandsAndBelowTheRequestTimeout) {
+  for (const char* cmd : {"up", "serve"}) {
+    RunResult help = Tally(std::string(cmd) + " --help");
+    EXPECT_NE(help.out.find("--visible-timeout-ms"), std::string::npos) << cmd;
+    RunResult r =
+        Tally(std::string(cmd) + " --visible-timeout-ms 30000 --request-timeout-ms 30000");
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.err.find("--visible-timeout-ms 30000 must be below --request-timeout-ms 30000"),
+              std::string::npos)
+        << r.err;
+    r = Tally(std::string(cmd) + " --visible-timeout-ms 0");
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+  }
+}
+
 TEST(CliTest, BrokerThenProduceLinesAndGeneratedEvents) {
   const int port = FreePort();
   const std::string brokers = "127.0.0.1:" + std::to_string(port);

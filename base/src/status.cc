@@ -14,6 +14,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kOutOfRange: return "out_of_range";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
     case StatusCode::kAborted: return "aborted";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

@@ -35,6 +35,7 @@ struct SyncBatch {
 struct SyncTag {
   SyncBatch* batch;
   size_t index;
+  RecordPosition position;  // set by the delivery report
 };
 
 // Kafka's "try again later" answers that KafkaStatus() does not (yet) map to
@@ -94,6 +95,7 @@ struct EventPublisher::Rep {
     if (auto* tag = static_cast<SyncTag*>(m->_private)) {
       SyncBatch* b = tag->batch;
       std::lock_guard<std::mutex> lock(b->mu);
+      tag->position = RecordPosition{m->partition, m->offset};
       if (m->err && !b->first_err) {
         b->first_err = m->err;
         b->first_err_index = tag->index;
@@ -209,7 +211,8 @@ base::Result<std::unique_ptr<EventPublisher>> EventPublisher::Create(
 EventPublisher::EventPublisher(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 EventPublisher::~EventPublisher() = default;
 
-base::Status EventPublisher::Publish(std::span<const PublishRecord> records) {
+base::Status EventPublisher::Publish(std::span<const PublishRecord> records,
+                                     std::vector<RecordPosition>* positions) {
   if (records.empty()) return base::Status::Ok();
   SyncBatch batch;
   std::vector<SyncTag> tags(records.size());
@@ -221,7 +224,7 @@ base::Status EventPublisher::Publish(std::span<const PublishRecord> records) {
     batch.remaining = records.size();
   }
   for (; queued < records.size(); queued++) {
-    tags[queued] = {&batch, queued};
+    tags[queued] = {&batch, queued, {}};
     produce_status = rep_->Produce(records[queued], &tags[queued]);
     if (!produce_status.ok()) break;
   }
@@ -240,6 +243,10 @@ base::Status EventPublisher::Publish(std::span<const PublishRecord> records) {
   if (!produce_status.ok()) {
     return produce_status.WithContext(fmt::format(
         "record {} of {}; {} records before it were queued", queued, records.size(), queued));
+  }
+  if (positions != nullptr) {
+    positions->clear();
+    for (const SyncTag& t : tags) positions->push_back(t.position);
   }
   return base::Status::Ok();
 }

@@ -47,7 +47,10 @@ struct EventsRequestParser::Impl {
     if (!st.ok()) {
       return base::Status::InvalidArgument(fmt::format("event {}: {}", index, st.message()));
     }
-    out->push_back(PublishRecord{DefaultKey(event), std::string(text)});
+    const bool derives =
+        event.type == schemas::EventType::kFollow || event.type == schemas::EventType::kUnfollow;
+    out->push_back(
+        PublishRecord{DefaultKey(event), std::string(text), derives ? event.target_id : 0});
     return base::Status::Ok();
   }
 

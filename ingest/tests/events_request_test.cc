@@ -67,6 +67,16 @@ TEST_F(EventsRequestParserTest, ArrayKeepsOrderKeysAndRawTextByteForByte) {
   EXPECT_EQ(out_[2].value, notice);
 }
 
+TEST_F(EventsRequestParserTest, FollowsAndUnfollowsNameTheEntityTheirDerivedEffectsGoTo) {
+  std::string body = Cat("[", Like(1, 2), R"(,{"type":"follow","ts":5,"user_id":42,"target_id":9})",
+                         R"(,{"type":"unfollow","ts":6,"user_id":43,"target_id":"10"}])");
+  ASSERT_TRUE(parser_.Parse(body, &out_).ok());
+  ASSERT_EQ(out_.size(), 3u);
+  EXPECT_EQ(out_[0].derived_entity, 0u);
+  EXPECT_EQ(out_[1].derived_entity, 9u);
+  EXPECT_EQ(out_[2].derived_entity, 10u);
+}
+
 TEST_F(EventsRequestParserTest, ReusedParserReplacesOutput) {
   ASSERT_TRUE(parser_.Parse(Cat("[", Like(1, 1), ",", Like(2, 2), "]"), &out_).ok());
   ASSERT_TRUE(parser_.Parse(Like(3, 3), &out_).ok());

@@ -1,13 +1,12 @@
 #include "query/query_service.h"
 
-#include <pthread.h>
-
 #include <fmt/compile.h>
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <array>
-#include <cctype>
 #include <cassert>
+#include <cctype>
 #include <chrono>
 #include <exception>
 #include <iterator>
@@ -19,8 +18,10 @@
 #include "base/metrics.h"
 #include "ingest/event_publisher.h"
 #include "ingest/events_request.h"
+#include "query/visibility_waiter.h"
 #include "query/watermarks.h"
 #include "request_target.h"
+#include "schemas/delta.h"
 #include "schemas/event.h"
 #include "schemas/json_escape.h"
 #include "store/state_store.h"
@@ -143,6 +144,8 @@ std::string_view DefaultErrorCode(int http_status) {
       return "not_implemented";
     case 503:
       return "unavailable";
+    case 504:
+      return "not_yet_visible";
     default:
       return "internal";
   }
@@ -202,7 +205,7 @@ void AppendPostCounts(std::string* out, const store::PostCounts& c) {
 // tally_http_request_duration_seconds{route}, registered on first use and
 // cached so the hot path is one relaxed atomic add.
 
-constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 429, 500, 501, 503};
+constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 429, 500, 501, 503, 504};
 constexpr int kStatusSlotCount = static_cast<int>(std::size(kStatusSlots));
 
 int StatusSlot(int status) {
@@ -273,6 +276,8 @@ int HttpStatusFor(base::StatusCode code) {
       return 413;
     case base::StatusCode::kUnavailable:
       return 503;
+    case base::StatusCode::kDeadlineExceeded:
+      return 504;
     default:
       return 500;
   }
@@ -307,9 +312,14 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
   AppendJsonString(&info_body_, info.state_dir);
   fmt::format_to(std::back_inserter(info_body_), ",\"partitions\":{}}}", info.partitions);
   if (options_.store->options().read_only) follower_ = std::thread([this] { FollowWriter(); });
+  if (options_.publisher != nullptr && options_.watermarks != nullptr) {
+    visibility_ = std::make_unique<VisibilityWaiter>(
+        options_.watermarks, options_.publisher->topic(), options_.watermarks->deltas_topic());
+  }
 }
 
 QueryService::~QueryService() {
+  visibility_.reset();
   {
     std::lock_guard<std::mutex> l(follow_mu_);
     stopping_ = true;
@@ -351,6 +361,24 @@ void QueryService::Record(int route_id, int status, int64_t start_ns) {
   m.RequestCounter(route_id, status)->Inc();
   m.Latency(route_id)->Observe(static_cast<double>(NowNs() - start_ns) / 1e9);
 }
+
+namespace {
+
+// ?wait=visible (true), no wait parameter (false), or a bad one.
+base::Result<bool> WantsVisible(std::string_view target) {
+  std::string_view path, query;
+  SplitTarget(target, &path, &query);
+  bool found = false;
+  std::string value;
+  TALLY_RETURN_IF_ERROR(FindQueryParam(query, "wait", &found, &value));
+  if (found && value != "visible") {
+    return base::Status::InvalidArgument(
+        fmt::format("wait=\"{}\": the only wait is wait=visible", Clip(value)));
+  }
+  return found;
+}
+
+}  // namespace
 
 Response QueryService::Dispatch(const Request& request, int* route_id) {
   Match m = MatchTarget(request.target);
@@ -464,8 +492,14 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
       body.append("}}");
       return JsonResponse(200, std::move(body));
     }
-    case kUnreadReset:
-      return HandleReset(id1, m.kind, m.query);
+    case kUnreadReset: {
+      auto wait = WantsVisible(request.target);
+      if (!wait.ok()) return ErrorResponse(wait.status(), "bad_request");
+      if (*wait && options_.publisher != nullptr && visibility_ == nullptr) {
+        return ProtocolError(503, "no watermarks: this server cannot tell when a reset is visible");
+      }
+      return HandleReset(id1, m.kind, m.query, *wait);
+    }
     case kFeedSnapshot: {
       auto snap = store->GetFeedSnapshot(id1);
       if (!snap.ok()) return ErrorResponse(snap.status().WithContext(fmt::format("user {}", id1)));
@@ -529,9 +563,41 @@ std::string QueryService::KafkaProblem() const {
   return options_.kafka_problem ? options_.kafka_problem() : std::string();
 }
 
+Response QueryService::AwaitVisible(const std::vector<ingest::PublishRecord>& records,
+                                    const std::vector<ingest::RecordPosition>& positions,
+                                    std::string_view accepted) {
+  std::vector<VisibilityTarget> targets(records.size());
+  for (size_t i = 0; i < records.size(); i++) {
+    if (i >= positions.size() || positions[i].offset < 0) {
+      return ErrorResponse(base::Status::DeadlineExceeded(
+                               "accepted, but the broker did not say where, so visibility is "
+                               "unknown"),
+                           "not_yet_visible");
+    }
+    targets[i].partition = positions[i].partition;
+    targets[i].offset = positions[i].offset;
+    if (records[i].derived_entity != 0) {
+      targets[i].derived_partition = static_cast<int32_t>(
+          schemas::PartitionOf(records[i].derived_entity, options_.store->partitions()));
+    }
+  }
+  base::Status st = visibility_->Wait(std::move(targets), options_.visible_timeout_ms);
+  if (!st.ok()) {
+    return ErrorResponse(
+        st.WithContext(fmt::format("{} accepted", records.size())),
+        st.code() == base::StatusCode::kDeadlineExceeded ? "not_yet_visible" : std::string_view{});
+  }
+  return JsonResponse(200, fmt::format("{{\"accepted\":{},\"visible\":true}}", accepted));
+}
+
 Response QueryService::HandleEvents(const Request& request) {
   if (options_.publisher == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: this server cannot publish events");
+  }
+  auto wait = WantsVisible(request.target);
+  if (!wait.ok()) return ErrorResponse(wait.status(), "bad_request");
+  if (*wait && visibility_ == nullptr) {
+    return ProtocolError(503, "no watermarks: this server cannot tell when events are visible");
   }
   std::vector<ingest::PublishRecord> records;
   std::unique_ptr<ingest::EventsRequestParser> parser = AcquireParser();
@@ -544,7 +610,8 @@ Response QueryService::HandleEvents(const Request& request) {
     return ProtocolError(503, problem + "; nothing of this request was published, retry later");
   }
 
-  st = options_.publisher->Publish(records);
+  std::vector<ingest::RecordPosition> positions;
+  st = options_.publisher->Publish(records, *wait ? &positions : nullptr);
   if (!st.ok()) {
     // The broker did not answer in time: some of the request may be in the
     // log. 503 outcome_unknown tells the client to retry the same request;
@@ -557,10 +624,12 @@ Response QueryService::HandleEvents(const Request& request) {
                                 : " (some may have been published)")),
         unknown ? "outcome_unknown" : "");
   }
+  if (*wait) return AwaitVisible(records, positions, fmt::format_int(records.size()).str());
   return JsonResponse(202, fmt::format(FMT_COMPILE("{{\"accepted\":{}}}"), records.size()));
 }
 
-Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text, std::string_view query) {
+Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
+                                   std::string_view query, bool wait) {
   schemas::UnreadKind kind;
   if (!schemas::ParseUnreadKind(kind_text, &kind)) {
     std::string msg = fmt::format(
@@ -585,6 +654,7 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
       if (*newest == 0) {
         // No notice exists: nothing to mark read, and a user with no
         // last-read id already reads 0.
+        if (wait) return JsonResponse(200, "{\"accepted\":true,\"visible\":true}");
         return JsonResponse(202, "{\"accepted\":true}");
       }
       event.notice_id = *newest;
@@ -628,8 +698,10 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
   if (std::string problem = KafkaProblem(); !problem.empty()) {
     return ProtocolError(503, problem + "; the reset was not published, retry later");
   }
-  ingest::PublishRecord record{fmt::format_int(user_id).str(), std::move(json)};
-  base::Status st = options_.publisher->Publish(std::span<const ingest::PublishRecord>(&record, 1));
+  std::vector<ingest::PublishRecord> records;
+  records.push_back({fmt::format_int(user_id).str(), std::move(json)});
+  std::vector<ingest::RecordPosition> positions;
+  base::Status st = options_.publisher->Publish(records, wait ? &positions : nullptr);
   if (!st.ok()) {
     // A reset applied twice reads the same, so its retry is always safe.
     const bool unknown = st.code() == base::StatusCode::kUnavailable;
@@ -638,6 +710,7 @@ Response QueryService::HandleReset(uint64_t user_id, std::string_view kind_text,
                              user_id, unknown ? " (it may have been published: retry it)" : "")),
                          unknown ? "outcome_unknown" : "");
   }
+  if (wait) return AwaitVisible(records, positions, "true");
   return JsonResponse(202, "{\"accepted\":true}");
 }
 

@@ -20,7 +20,7 @@ base::Status AsUnavailable(const base::Status& st, std::string_view context) {
 
 base::Result<WatermarkReport> BuildWatermarkReport(
     const std::vector<std::string>& input_topics,
-    const std::map<schemas::SourceStream, int64_t>& committed,
+    const std::map<schemas::SourceStream, CommittedOffset>& committed,
     const std::vector<store::Progress>& progress,
     const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
     const std::vector<base::PartitionOffsets>& deltas) {
@@ -41,24 +41,49 @@ base::Result<WatermarkReport> BuildWatermarkReport(
 
   WatermarkReport report;
   schemas::SourceStream stream;
+  // The commit's deltas position per deltas partition (null: none).
+  std::vector<const schemas::DeltasPosition*> positions(progress.size());
   for (size_t t = 0; t < input_topics.size(); t++) {
     stream.topic = input_topics[t];
     for (const base::PartitionOffsets& po : input[t]) {
       stream.partition = po.partition;
       auto c = committed.find(stream);
       // Nothing committed yet: the router starts from the log start.
-      int64_t applied = (c != committed.end() && c->second >= 0) ? c->second : po.low;
+      const bool has_commit = c != committed.end() && c->second.offset >= 0;
+      int64_t applied = has_commit ? c->second.offset : po.low;
+      std::fill(positions.begin(), positions.end(), nullptr);
+      if (has_commit) {
+        for (const schemas::DeltasPosition& p : c->second.deltas) {
+          // A position beyond the partition's end is not this log's (a
+          // recreated topic): ignored, or the lag would never reach 0.
+          if (p.partition < positions.size() && p.last < deltas[p.partition].high) {
+            positions[p.partition] = &p;
+          }
+        }
+      }
       int64_t event_time = 0;
       for (size_t d = 0; d < progress.size(); d++) {
         auto mark = progress[d].marks.find(stream);
         const bool has_mark = mark != progress[d].marks.end();
         if (has_mark) event_time = std::max(event_time, mark->second.ts);
-        if (deltas_lagging[d]) {
-          // Record mark.offset may be only partly applied here, and later
-          // records of this stream may wait in d's unconsumed deltas. With
-          // no mark, nothing of this stream is known to be visible in d.
-          applied = std::min(applied, has_mark ? mark->second.offset : po.low);
+        const int64_t next = progress[d].next_deltas_offset;
+        if (const schemas::DeltasPosition* p = positions[d]) {
+          // Every delta of the committed records in d is at p->last or
+          // before, so once that is applied, d hides nothing of them.
+          if (next > p->last) continue;
+          // Only the last message is left: the records below its first
+          // offset of this stream are all applied in d.
+          if (next > p->previous) {
+            applied = std::min(applied, p->first_input);
+            continue;
+          }
+        } else if (!deltas_lagging[d]) {
+          continue;
         }
+        // Record mark.offset may be only partly applied here, and later
+        // records of this stream may wait in d's unconsumed deltas. With
+        // no mark, nothing of this stream is known to be visible in d.
+        applied = std::min(applied, has_mark ? mark->second.offset : po.low);
       }
       WatermarkRow row;
       row.topic = stream.topic;
@@ -124,7 +149,7 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
   // (1) The router's committed offsets on every input partition. Must come
   // before everything else: an offset is committed only once every delta
   // of the records below it was acknowledged by tally.deltas.
-  std::map<schemas::SourceStream, int64_t> committed;
+  std::map<schemas::SourceStream, CommittedOffset> committed;
   {
     base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(64));
     for (const std::string& topic : options_.input_topics) {
@@ -148,7 +173,14 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
         return AsUnavailable(base::KafkaStatus(e.err, fmt::format("{}/{}", e.topic, e.partition)),
                              "committed offset");
       }
-      committed[schemas::SourceStream{e.topic, e.partition}] = e.offset;  // < 0: none
+      CommittedOffset& c = committed[schemas::SourceStream{e.topic, e.partition}];
+      c.offset = e.offset;  // < 0: none
+      if (e.metadata_size > 0) {
+        // Metadata another writer left, or damaged: the marks alone decide.
+        auto positions = schemas::DecodeDeltasPositions(
+            std::string_view(static_cast<const char*>(e.metadata), e.metadata_size));
+        if (positions.ok()) c.deltas = std::move(positions).value();
+      }
     }
   }
 

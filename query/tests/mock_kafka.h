@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -62,14 +63,22 @@ class MockKafka {
     rd_kafka_destroy(p);
   }
 
-  // Commits `offsets` (topic, partition) -> offset for consumer group `group`.
+  // Commits `offsets` (topic, partition) -> offset for consumer group `group`,
+  // with commit metadata from `metadata` where it has the partition.
   void Commit(const std::string& group,
-              const std::map<std::pair<std::string, int32_t>, int64_t>& offsets) {
+              const std::map<std::pair<std::string, int32_t>, int64_t>& offsets,
+              const std::map<std::pair<std::string, int32_t>, std::string>& metadata = {}) {
     rd_kafka_t* c =
         NewClient(RD_KAFKA_CONSUMER, {{"group.id", group}, {"enable.auto.commit", "false"}});
     rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(8);
     for (const auto& [tp, off] : offsets) {
-      rd_kafka_topic_partition_list_add(list, tp.first.c_str(), tp.second)->offset = off;
+      rd_kafka_topic_partition_t* e =
+          rd_kafka_topic_partition_list_add(list, tp.first.c_str(), tp.second);
+      e->offset = off;
+      if (auto md = metadata.find(tp); md != metadata.end()) {
+        e->metadata = strdup(md->second.c_str());  // freed with the list
+        e->metadata_size = md->second.size();
+      }
     }
     EXPECT_EQ(rd_kafka_commit(c, list, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
     rd_kafka_topic_partition_list_destroy(list);

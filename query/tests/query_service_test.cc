@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "ingest/event_publisher.h"
 #include "mock_kafka.h"
+#include "query/watermarks.h"
 #include "schemas/event.h"
 #include "store/state_store.h"
 #include "test_state.h"
@@ -561,6 +562,93 @@ TEST_F(QueryServicePublishTest, ResetsOfEveryShapeCarryWhatTheyReset) {
     }
   }
   EXPECT_EQ(seen, 7);
+}
+
+// ?wait=visible: the answer waits until the router has committed the
+// records (nothing here is left to apply: tally.deltas is empty).
+class QueryServiceWaitVisibleTest : public QueryServicePublishTest {
+ protected:
+  void SetUp() override {
+    QueryServicePublishTest::SetUp();
+    kafka_.CreateTopic("tally.deltas", testing::kTestPartitions);
+    WatermarkOptions wo;
+    wo.kafka.brokers = kafka_.brokers();
+    wo.kafka.embedded = true;
+    wo.kafka.overrides = {{"log_level", "0"}};
+    auto w = WatermarkSource::Create(wo, store_.get());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    watermarks_ = std::move(w).value();
+    MakeWaitingService(300);
+  }
+
+  void MakeWaitingService(int visible_timeout_ms) {
+    QueryServiceOptions o;
+    o.store = store_.get();
+    o.publisher = publisher_.get();
+    o.watermarks = watermarks_.get();
+    o.visible_timeout_ms = visible_timeout_ms;
+    service_ = std::make_unique<QueryService>(std::move(o));
+  }
+
+  // Commits, for the router's group, everything now in tally.events.
+  void RouteEverything() {
+    std::map<std::pair<std::string, int32_t>, int64_t> ends = {{{"tally.events", 0}, 0},
+                                                               {{"tally.events", 1}, 0}};
+    for (const auto& rec : kafka_.ReadAll("tally.events", 2)) {
+      auto& end = ends[{"tally.events", rec.partition}];
+      end = std::max(end, rec.offset + 1);
+    }
+    kafka_.Commit("tally", ends);
+  }
+
+  // Handles `request` on a thread while the records are routed.
+  Response HandleWhileRouting(Request request, size_t records_after) {
+    Response r;
+    std::thread t([&] { r = service_->Handle(request); });
+    while (kafka_.ReadAll("tally.events", 2).size() < records_after) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the topic
+    }
+    RouteEverything();
+    t.join();
+    return r;
+  }
+
+  std::unique_ptr<WatermarkSource> watermarks_;
+};
+
+TEST_F(QueryServiceWaitVisibleTest, AnswersOnceVisibleOr504WithTheEventsAccepted) {
+  const std::string body = R"({"type":"view","ts":7,"post_id":9})";
+  Response r = service_->Handle(Post("/v1/events?wait=visible", body));
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_EQ(ErrorCode(r), "not_yet_visible");
+  EXPECT_EQ(kafka_.ReadAll("tally.events", 2).size(), 1u) << "accepted all the same";
+
+  MakeWaitingService(60000);
+  r = HandleWhileRouting(
+      Post("/v1/events?wait=visible", R"([{"type":"view","ts":7,"post_id":9},)"
+                                      R"({"type":"follow","ts":8,"user_id":1,"target_id":2}])"),
+      3);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"accepted":2,"visible":true})");
+
+  r = HandleWhileRouting(Post("/v1/users/42/unread/comment/reset?wait=visible"), 4);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"accepted":true,"visible":true})");
+}
+
+TEST_F(QueryServiceWaitVisibleTest, ABadWaitOrNoWatermarksPublishesNothing) {
+  const std::string body = R"({"type":"view","ts":7,"post_id":9})";
+  Response r = service_->Handle(Post("/v1/events?wait=soon", body));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(ErrorCode(r), "bad_request");
+  r = service_->Handle(Post("/v1/users/42/unread/like/reset?wait=", body));
+  EXPECT_EQ(r.status, 400) << r.body;
+  MakeService(publisher_.get());  // no watermarks
+  r = service_->Handle(Post("/v1/events?wait=visible", body));
+  EXPECT_EQ(r.status, 503) << r.body;
+  r = service_->Handle(Post("/v1/users/42/unread/like/reset?wait=visible"));
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_TRUE(kafka_.ReadAll("tally.events", 2).empty());
 }
 
 }  // namespace

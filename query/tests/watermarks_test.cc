@@ -15,6 +15,7 @@ namespace tally::query {
 namespace {
 
 using base::PartitionOffsets;
+using schemas::DeltasPosition;
 using schemas::SourceStream;
 using store::Progress;
 using store::SourceMark;
@@ -45,8 +46,8 @@ class BuildWatermarkReportTest : public ::testing::Test {
     progress_[1].max_event_ts = 200;
     progress_[1].marks[{"tally.events", 0}] = SourceMark{3, 1, 80};
     progress_[1].marks[{"tally.events", 1}] = SourceMark{2, 0, 200};
-    committed_[{"tally.events", 0}] = 5;
-    committed_[{"tally.events", 1}] = 3;
+    committed_[{"tally.events", 0}].offset = 5;
+    committed_[{"tally.events", 1}].offset = 3;
   }
 
   WatermarkReport Build() {
@@ -56,7 +57,7 @@ class BuildWatermarkReportTest : public ::testing::Test {
     return r.ok() ? *r : WatermarkReport{};
   }
 
-  std::map<SourceStream, int64_t> committed_;
+  std::map<SourceStream, CommittedOffset> committed_;
   std::vector<Progress> progress_;
   std::vector<std::vector<PartitionOffsets>> input_;
   std::vector<PartitionOffsets> deltas_;
@@ -74,7 +75,7 @@ TEST_F(BuildWatermarkReportTest, CaughtUpPipelineHasLagZero) {
 }
 
 TEST_F(BuildWatermarkReportTest, RouterBehindShowsInputLag) {
-  committed_[{"tally.events", 0}] = 2;
+  committed_[{"tally.events", 0}].offset = 2;
   WatermarkReport r = Build();
   EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=2 end=5 lag=3 ts=90");
   EXPECT_EQ(r.lag, 3);
@@ -85,7 +86,7 @@ TEST_F(BuildWatermarkReportTest, NothingCommittedStartsAtTheLowWatermark) {
   WatermarkReport r = Build();
   EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=90");
   EXPECT_EQ(Row(r.rows[1]), "tally.events/1 applied=1 end=3 lag=2 ts=200");
-  committed_[{"tally.events", 0}] = RD_KAFKA_OFFSET_INVALID;
+  committed_[{"tally.events", 0}].offset = RD_KAFKA_OFFSET_INVALID;
   EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=90");
 }
 
@@ -107,6 +108,89 @@ TEST_F(BuildWatermarkReportTest, LaggingDeltasWithoutAMarkFallBackToTheLowWaterm
   EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
   EXPECT_EQ(Row(r.rows[1]), "tally.events/1 applied=1 end=3 lag=2 ts=200");
   EXPECT_EQ(r.lag, 1 + 2 + 1);
+}
+
+// The router's commit of tally.events/0 (offset 5) says where the deltas of
+// the records below it lie: in deltas partition 0 up to its message at 3, in
+// partition 1 up to its message at 5, whose smallest record of the stream
+// is 4 and before which the stream's last message there is at 2. Its mark
+// in partition 1 is old (record 1), as for a stream that rarely writes there.
+class DeltasPositionRuleTest : public BuildWatermarkReportTest {
+ protected:
+  void SetUp() override {
+    BuildWatermarkReportTest::SetUp();
+    progress_[1].marks[{"tally.events", 0}] = SourceMark{1, 0, 80};
+    committed_[{"tally.events", 0}].deltas = {DeltasPosition{0, 3, 3, 1},
+                                              DeltasPosition{1, 5, 4, 2}};
+  }
+};
+
+TEST_F(DeltasPositionRuleTest, AnUnappliedLastMessageHidesOnlyTheRecordsFromItsFirst) {
+  progress_[1].next_deltas_offset = 5;  // message 5 waits; message 2 is applied
+  WatermarkReport r = Build();
+  EXPECT_EQ(Rows(r), (std::vector<std::string>{
+                         // The marks alone would say 1 (lag 4): 3 records too many.
+                         "tally.events/0 applied=4 end=5 lag=1 ts=90",
+                         "tally.events/1 applied=2 end=3 lag=1 ts=200",
+                         "tally.deltas/0 applied=4 end=4 lag=0 ts=100",
+                         "tally.deltas/1 applied=5 end=6 lag=1 ts=200",
+                     }));
+  EXPECT_EQ(r.lag, 3);
+}
+
+TEST_F(DeltasPositionRuleTest, TheStreamsFirstMessageInAPartitionHidesOnlyItsRecords) {
+  // previous -1: no delta of the stream's records below 4 lies in partition 1.
+  committed_[{"tally.events", 0}].deltas[1].previous = -1;
+  progress_[1].marks.erase({"tally.events", 0});
+  progress_[1].next_deltas_offset = 0;
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
+}
+
+TEST_F(DeltasPositionRuleTest, PositionsAppliedMakeTheCommitVisibleWhereverTheMarksAre) {
+  deltas_[0].high = 6;  // partition 0 lags, past the stream's position there
+  WatermarkReport r = Build();
+  EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=5 end=5 lag=0 ts=90");
+  // No position for tally.events/1 and no mark in partition 0: its low watermark.
+  EXPECT_EQ(Row(r.rows[1]), "tally.events/1 applied=1 end=3 lag=2 ts=200");
+  EXPECT_EQ(r.lag, 0 + 2 + 2);
+}
+
+TEST_F(DeltasPositionRuleTest, TwoUnappliedMessagesFallBackToTheMark) {
+  progress_[1].next_deltas_offset = 2;  // messages 2 and 5 both wait
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=1 end=5 lag=4 ts=90");
+}
+
+// The case that would break "applied_offset is the next offset not yet
+// visible" (and so ?wait=visible): the router's first message in partition
+// 1 is at 5, and an earlier router put record 3's deltas at offset 4, not yet
+// applied. The router says so with previous = 4 (its first message there,
+// less one), not -1, and then only the mark vouches for what is below 4.
+TEST_F(DeltasPositionRuleTest, AnEarlierRoutersMessageKeepsTheMarkRule) {
+  committed_[{"tally.events", 0}].deltas[1].previous = 4;
+  progress_[1].next_deltas_offset = 4;
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=1 end=5 lag=4 ts=90");
+  progress_[1].next_deltas_offset = 5;  // only the router's own message waits
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
+}
+
+TEST_F(DeltasPositionRuleTest, APartitionTheStreamHasNoDeltasInNeverLowersIt) {
+  committed_[{"tally.events", 0}].deltas[1] = DeltasPosition{1, -1, 0, -1};
+  progress_[1].next_deltas_offset = 2;  // partition 1 lags far behind
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=5 end=5 lag=0 ts=90");
+}
+
+TEST_F(DeltasPositionRuleTest, APartitionWithoutAPositionStillLowersByItsMark) {
+  committed_[{"tally.events", 0}].deltas.pop_back();  // nothing said of partition 1
+  progress_[1].next_deltas_offset = 5;
+  EXPECT_EQ(Row(Build().rows[0]), "tally.events/0 applied=1 end=5 lag=4 ts=90");
+}
+
+TEST_F(DeltasPositionRuleTest, PositionsBeyondTheLogEndAreIgnoredSoLagReachesZero) {
+  // Metadata left by a router of an older log of tally.deltas.
+  committed_[{"tally.events", 0}].deltas[1] = DeltasPosition{1, 9, 4, 7};
+  WatermarkReport r = Build();
+  EXPECT_EQ(Row(r.rows[0]), "tally.events/0 applied=5 end=5 lag=0 ts=90");
+  EXPECT_EQ(r.lag, 0);
 }
 
 TEST_F(BuildWatermarkReportTest, MismatchedPartitionCountsAreRejected) {
@@ -198,6 +282,30 @@ TEST_F(WatermarkSourceTest, ReportsLagUntilEverythingIsAppliedAndServesExactJson
   EXPECT_EQ(Row(r->rows[1]), "tally.events/1 applied=0 end=3 lag=3 ts=222");
   EXPECT_EQ(Row(r->rows[5]), "tally.deltas/3 applied=0 end=1 lag=1 ts=0");
   EXPECT_EQ(r->lag, 9);
+}
+
+TEST_F(WatermarkSourceTest, ReadsTheDeltasPositionsFromTheCommitMetadata) {
+  kafka_.Produce("tally.events", 0, 5);
+  kafka_.Produce("tally.deltas", 0, 2);
+  kafka_.Produce("tally.deltas", 1, 1);
+  // Partition 1 applied everything; partition 0 only its first message, of
+  // which the stream's last one (offset 1) starts at record 3. Partition 0
+  // has no mark of the stream: the marks alone would say nothing is visible.
+  SetProgress(0, 1, 0, {});
+  SetProgress(1, 1, 0, {});
+  std::string metadata;
+  schemas::EncodeDeltasPositions({DeltasPosition{0, 1, 3, 0}, DeltasPosition{1, 0, 0, -1}},
+                                 &metadata);
+  kafka_.Commit("tally", {{{"tally.events", 0}, 5}}, {{{"tally.events", 0}, metadata}});
+  auto r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=3 end=5 lag=2 ts=0");
+
+  // Metadata tally did not write: the marks alone.
+  kafka_.Commit("tally", {{{"tally.events", 0}, 5}}, {{{"tally.events", 0}, "checkpoint 7"}});
+  r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=0");
 }
 
 TEST_F(WatermarkSourceTest, UnreachableBrokerIsUnavailable) {

@@ -58,6 +58,7 @@ uint32_t DeltaBatchBuilder::StreamIndex(std::string_view topic, int32_t partitio
     if (streams_[i].partition == partition && streams_[i].topic == topic) return i;
   }
   streams_.push_back({std::string(topic), partition});
+  first_offsets_.push_back(-1);
   return static_cast<uint32_t>(streams_.size() - 1);
 }
 
@@ -79,6 +80,7 @@ uint64_t EventIdHash(std::string_view id) {
 }
 
 void DeltaBatchBuilder::Add(const Delta& d) {
+  if (first_offsets_[d.source.stream] < 0) first_offsets_[d.source.stream] = d.source.offset;
   std::string* b = &body_;
   PutVarint(b, d.source.stream);
   PutVarint(b, static_cast<uint64_t>(d.source.offset));
@@ -141,6 +143,7 @@ std::string DeltaBatchBuilder::Finish() {
   PutVarint(&out, count_);
   out.append(body_);
   streams_.clear();
+  first_offsets_.clear();
   body_.clear();
   count_ = 0;
   return out;

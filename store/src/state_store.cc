@@ -19,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <shared_mutex>
 #include <thread>
 
 #include "base/log.h"
@@ -274,6 +275,11 @@ struct Partition::Rep {
 
   // Reads the notice ids (and the count record) from `db` into notice_ids.
   Status LoadNoticeIds(rocksdb::DB* db, uint32_t id);
+  // With a cache: Commit() holds it across its write and the cache drop that
+  // follows, LoadProgress() shared, so progress that says a window is
+  // applied is never read while the cache may still serve a value from
+  // before it (lag 0 and ?wait=visible promise the next read sees it).
+  mutable std::shared_mutex commit_mu;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -374,6 +380,8 @@ Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) c
 }
 
 Result<Progress> Partition::LoadProgress() const {
+  std::shared_lock<std::shared_mutex> committing;
+  if (rep_->cache != nullptr) committing = std::shared_lock<std::shared_mutex>(rep_->commit_mu);
   std::string value;
   rocksdb::Status s = rep_->db.load()->Get(rocksdb::ReadOptions(),
                                     rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), &value);
@@ -413,6 +421,8 @@ Status Partition::Commit(PartitionBatch* batch) {
     }
     notices = std::move(merged);
   }
+  std::unique_lock<std::shared_mutex> committing;
+  if (rep_->cache != nullptr) committing = std::unique_lock<std::shared_mutex>(rep_->commit_mu);
   rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &b.wb);
   // Before returning: whatever the caller publishes after Commit (applied
   // offsets, say) must not be seen beside a cached value from before it,

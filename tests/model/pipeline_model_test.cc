@@ -27,6 +27,8 @@
 #include "aggregator/router.h"
 #include "base/kafka.h"
 #include "base/log.h"
+#include "schemas/delta.h"
+#include "schemas/deltas_position.h"
 #include "schemas/event.h"
 #include "store/state_store.h"
 
@@ -515,6 +517,59 @@ class PipelineModelTest : public ::testing::Test {
     return eofs == kPartitions;
   }
 
+  // The router's last commits say, per input partition and deltas partition,
+  // where the deltas of the committed records lie (schemas/deltas_position.h);
+  // /v1/watermarks relies on it. It must be true of what tally.deltas holds,
+  // copies from earlier routers included: every delta of a committed record
+  // at or before `last` in its partition, and of a record below
+  // `first_input` at or before `previous`. Returns the deltas checked.
+  int ExpectCommittedPositionsHold() {
+    auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, kafka_, {{"group.id", router_group_}});
+    auto c = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+    EXPECT_TRUE(c.ok());
+    if (!c.ok()) return 0;
+    base::KafkaPartitionList l(rd_kafka_topic_partition_list_new(kPartitions));
+    for (int p = 0; p < kPartitions; p++)
+      rd_kafka_topic_partition_list_add(l.get(), "tally.events", p);
+    EXPECT_EQ(rd_kafka_committed(c->get(), l.get(), 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    std::map<int32_t, std::pair<int64_t, std::vector<schemas::DeltasPosition>>> committed;
+    for (int i = 0; i < l->cnt; i++) {
+      const rd_kafka_topic_partition_t& e = l->elems[i];
+      if (e.err || e.offset < 0) continue;
+      auto positions = schemas::DecodeDeltasPositions(
+          std::string_view(static_cast<const char*>(e.metadata), e.metadata_size));
+      EXPECT_TRUE(positions.ok()) << positions.status().ToString();
+      if (positions.ok()) committed[e.partition] = {e.offset, std::move(positions).value()};
+    }
+    int checked = 0;
+    EXPECT_TRUE(ForEachRecord("tally.deltas", [&](const rd_kafka_message_t& m) {
+      schemas::DeltaBatchReader reader;
+      ASSERT_TRUE(reader.Open(std::string_view(static_cast<const char*>(m.payload), m.len)).ok());
+      schemas::Delta d;
+      while (reader.Next(&d)) {
+        const schemas::SourceStream& s = reader.streams()[d.source.stream];
+        if (s.topic != "tally.events") continue;  // derived: the deltas rows cover those
+        auto c = committed.find(s.partition);
+        if (c == committed.end() || d.source.offset >= c->second.first) continue;
+        for (const schemas::DeltasPosition& pos : c->second.second) {
+          if (pos.partition != static_cast<uint32_t>(m.partition)) continue;
+          EXPECT_LE(m.offset, pos.last)
+              << "tally.events/" << s.partition << " offset " << d.source.offset
+              << " has a delta at tally.deltas/" << m.partition << " offset " << m.offset
+              << " past the committed position";
+          if (d.source.offset < pos.first_input) {
+            EXPECT_LE(m.offset, pos.previous)
+                << "tally.events/" << s.partition << " offset " << d.source.offset << " (below "
+                << pos.first_input << ") has a delta at tally.deltas/" << m.partition << " offset "
+                << m.offset;
+          }
+          checked++;
+        }
+      }
+    }));
+    return checked;
+  }
+
   // The model of what tally.events holds: every record applied in the log's
   // order within each partition (the events' effects commute across
   // partitions). Across a broker outage an idempotent producer's retry can
@@ -629,6 +684,8 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   StartPipeline();
   PublishEvents(1500, true);
   ExpectConverges(store_.get());
+  // Positions vouch for an earlier router's deltas too.
+  EXPECT_GT(ExpectCommittedPositionsHold(), 1000);
 
   // Every delta sent again: a router in a new group has no committed
   // offsets and re-routes the whole input. Nothing may count twice.
@@ -639,6 +696,8 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   ExpectConverges(store_.get());
   PublishEvents(1000, true);
   ExpectConverges(store_.get());
+  // The rewound router's positions cover the first routers' copies.
+  EXPECT_GT(ExpectCommittedPositionsHold(), 1000);
   StopPipeline();
 
   // The stream did exercise every shape (notices: ~100 of 300 ids, some

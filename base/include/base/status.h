@@ -17,16 +17,17 @@ namespace tally::base {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is bad (an event, a request, a flag)
-  kNotFound,           // the thing asked for does not exist
-  kCorruption,         // stored or transmitted bytes do not decode
-  kIOError,            // the disk or the OS said no
-  kUnavailable,        // a dependency (broker, store) cannot be reached now; retry
-  kFailedPrecondition, // the system is not in a state that allows this
-  kOutOfRange,         // an offset or index outside what exists
-  kResourceExhausted,  // a limit was hit (body size, queue, budget)
-  kAborted,            // stopped on request (shutdown)
-  kInternal,           // a bug or an unexpected library answer
+  kInvalidArgument,     // the caller's input is bad (an event, a request, a flag)
+  kNotFound,            // the thing asked for does not exist
+  kCorruption,          // stored or transmitted bytes do not decode
+  kIOError,             // the disk or the OS said no
+  kUnavailable,         // a dependency (broker, store) cannot be reached now; retry
+  kFailedPrecondition,  // the system is not in a state that allows this
+  kOutOfRange,          // an offset or index outside what exists
+  kResourceExhausted,   // a limit was hit (body size, queue, budget)
+  kAborted,             // stopped on request (shutdown)
+  kDeadlineExceeded,    // a wait ran out of time; what it waited for may still happen
+  kInternal,            // a bug or an unexpected library answer
 };
 
 // Returns the snake_case name of `code` ("invalid_argument"); never null.
@@ -49,6 +50,9 @@ class [[nodiscard]] Status {
   static Status OutOfRange(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
   static Status ResourceExhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
   static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
+  static Status DeadlineExceeded(std::string msg) {
+    return {StatusCode::kDeadlineExceeded, std::move(msg)};
+  }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }

@@ -26,6 +26,15 @@ namespace tally::ingest {
 struct PublishRecord {
   std::string key;    // may be empty: then the partition is chosen at random
   std::string value;  // the event's JSON bytes, already validated
+  // The entity whose deltas partition the event's derived effects go to
+  // (a follow's or unfollow's target), 0 if none. Not published.
+  uint64_t derived_entity = 0;
+};
+
+// Where the broker put a published record.
+struct RecordPosition {
+  int32_t partition = -1;
+  int64_t offset = -1;
 };
 
 struct PublisherOptions {
@@ -65,7 +74,10 @@ class EventPublisher {
   // another code naming the first failure by index and key. Records queued
   // before a failure may have been published: the caller says so. Records
   // after a local produce failure are not queued.
-  base::Status Publish(std::span<const PublishRecord> records);
+  // With `positions`, it is replaced by each record's (partition, offset),
+  // in order, once all were acknowledged.
+  base::Status Publish(std::span<const PublishRecord> records,
+                       std::vector<RecordPosition>* positions = nullptr);
 
   // Queues one record without waiting (for bulk producers such as
   // `tally produce`). Unavailable when the local queue stays full past the

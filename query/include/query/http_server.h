@@ -36,7 +36,11 @@ class QueryService;
 struct ServerOptions {
   std::string listen = "127.0.0.1:8080";     // HOST:PORT; port 0 picks a free one
   int threads = 2;                           // I/O threads (>= 1)
-  int blocking_threads = 4;                  // threads for requests that may block (>= 1)
+  // Threads for requests that may block (>= 1). A POST with ?wait=visible
+  // holds one until its records are visible (tens of ms, at most
+  // --visible-timeout-ms), so there are enough for many at once; a waiting
+  // thread costs its stack and nothing else.
+  int blocking_threads = 16;
   size_t max_body_bytes = 1 << 20;           // larger bodies: 413
   size_t max_readable_body_bytes = 4 << 20;  // larger bodies: connection closed unread
   size_t max_url_bytes = 16 << 10;

@@ -31,11 +31,14 @@ class StateStore;
 namespace tally::ingest {
 class EventPublisher;
 class EventsRequestParser;
+struct PublishRecord;
+struct RecordPosition;
 }  // namespace tally::ingest
 
 namespace tally::query {
 
 class WatermarkSource;
+class VisibilityWaiter;
 
 // One HTTP request as the transport received it. The views borrow from the
 // transport's buffers and must stay valid for the duration of Handle().
@@ -98,11 +101,15 @@ struct QueryServiceOptions {
   // own (never by a request: catching up reads the writer's manifest and
   // WAL, which must not stall an answer).
   int catch_up_interval_ms = 50;
+  // POST /v1/events?wait=visible and the resets' ?wait=visible answer 504
+  // not_yet_visible when their records are not all visible after this long
+  // (`--visible-timeout-ms`). They need `publisher` and `watermarks`.
+  int visible_timeout_ms = 5000;
 };
 
 // Maps a Status code to its HTTP status. The only such mapping in tally:
 // InvalidArgument 400, NotFound 404, ResourceExhausted 413, Unavailable 503,
-// everything else 500. (405 and 501 are answers of the router itself, not
+// DeadlineExceeded 504, everything else 500. (405 and 501 are answers of the router itself, not
 // outcomes of an operation, and do not come from a Status.)
 int HttpStatusFor(base::StatusCode code);
 
@@ -132,9 +139,16 @@ class QueryService {
   struct Route;
   Response Dispatch(const Request& request, int* route_id);
   Response HandleEvents(const Request& request);
-  Response HandleReset(uint64_t user_id, std::string_view kind, std::string_view query);
+  // `wait`: ?wait=visible was given.
+  Response HandleReset(uint64_t user_id, std::string_view kind, std::string_view query, bool wait);
   Response HandlePostCountsBatch(std::string_view query);
   Response HandleWatermarks();
+  // The answer to a publish with ?wait=visible: waits for `records`, which
+  // the publisher put at `positions`; `accepted` is the JSON value of the
+  // answer's "accepted".
+  Response AwaitVisible(const std::vector<ingest::PublishRecord>& records,
+                        const std::vector<ingest::RecordPosition>& positions,
+                        std::string_view accepted);
   void FollowWriter();  // the catch-up thread of a read-only store
   // options_.kafka_problem(), or "" without one.
   std::string KafkaProblem() const;
@@ -150,6 +164,9 @@ class QueryService {
   std::condition_variable follow_cv_;
   bool stopping_ = false;  // guarded by follow_mu_
   std::thread follower_;
+
+  // Present when the service publishes and has watermarks.
+  std::unique_ptr<VisibilityWaiter> visibility_;
 
   std::mutex parsers_mu_;
   std::vector<std::unique_ptr<ingest::EventsRequestParser>> parsers_;

@@ -7,9 +7,16 @@
 // exactly 0, and a total lag of 0 means every record published before the
 // request is visible in every read.
 //
+// An input row starts from the router's committed offset and is lowered,
+// per deltas partition, to what that partition may still hide of the
+// partition's records: nothing once it has applied the position the
+// commit's metadata names (schemas/deltas_position.h), else the first record
+// of the one message left, else the stream's mark there.
+//
 // That guarantee rests on the order in which Compute() reads its four
 // sources (see query/README.md for the argument):
-//   1. the router's committed offsets on every input partition,
+//   1. the router's committed offsets on every input partition (and their
+//      metadata),
 //   2. the store's progress (after CatchUp() for a read-only store),
 //   3. the high/low watermarks of the input topics,
 //   4. the high/low watermarks of tally.deltas.
@@ -27,6 +34,7 @@
 #include "base/kafka.h"
 #include "base/status.h"
 #include "schemas/delta.h"
+#include "schemas/deltas_position.h"
 
 namespace tally::store {
 class StateStore;
@@ -57,16 +65,23 @@ struct WatermarkOptions {
   int timeout_ms = 5000;  // per broker request
 };
 
+// The router's committed offset of one input stream and what its commit
+// metadata says about where the deltas of the records below it lie.
+struct CommittedOffset {
+  int64_t offset = -1;                          // < 0: nothing committed
+  std::vector<schemas::DeltasPosition> deltas;  // none: unknown (marks only)
+};
+
 // The pure part of Compute(), for tests: builds the report from what was read.
-//   committed:   per input stream, the router's committed offset (absent or
-//                negative: nothing committed)
+//   committed:   per input stream, the router's committed offset and its
+//                deltas positions (absent: nothing committed)
 //   progress:    per deltas partition (index = partition)
 //   input:       per input topic (same order as `input_topics`), watermarks
 //   deltas:      watermarks of the deltas topic, one per store partition
 // InvalidArgument if `deltas` and `progress` disagree on the partition count.
 base::Result<WatermarkReport> BuildWatermarkReport(
     const std::vector<std::string>& input_topics,
-    const std::map<schemas::SourceStream, int64_t>& committed,
+    const std::map<schemas::SourceStream, CommittedOffset>& committed,
     const std::vector<store::Progress>& progress,
     const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
     const std::vector<base::PartitionOffsets>& deltas);
@@ -87,6 +102,8 @@ class WatermarkSource {
   // when the broker or the store cannot answer. Safe for concurrent use:
   // calls are serialized.
   base::Result<WatermarkReport> Compute();
+
+  const std::string& deltas_topic() const { return options_.deltas_topic; }
 
  private:
   WatermarkSource(WatermarkOptions options, store::StateStore* store, base::KafkaHandle rk);

@@ -125,11 +125,18 @@ class DeltaBatchBuilder {
   size_t ByteSize() const { return body_.size() + 64; }
   bool empty() const { return count_ == 0; }
 
+  // The batch's stream table so far and, at the same index, the smallest
+  // source offset added from that stream (its first: offsets increase per
+  // stream). Valid until Finish().
+  const std::vector<SourceStream>& streams() const { return streams_; }
+  const std::vector<int64_t>& first_offsets() const { return first_offsets_; }
+
   // Returns the encoded batch and resets the builder for reuse.
   std::string Finish();
 
  private:
   std::vector<SourceStream> streams_;
+  std::vector<int64_t> first_offsets_;  // -1 until the stream's first Add()
   std::string body_;
   size_t count_ = 0;
 };
