@@ -191,6 +191,10 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
   return info;
 }
 
+base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlags& f) {
+  return store::StateDirLock::Acquire(f.state_dir);
+}
+
 base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
                                                            bool read_only) {
   store::StoreOptions o;
