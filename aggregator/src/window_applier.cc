@@ -48,6 +48,12 @@ base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
   return like ? partition_->HasLike(a, b) : partition_->HasFollow(a, b);
 }
 
+void WindowApplier::SkipTo(int64_t offset) {
+  if (offset <= progress_.next_deltas_offset) return;
+  progress_.next_deltas_offset = offset;
+  dirty_ = true;
+}
+
 Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
                                  std::vector<schemas::DeltaBatchBuilder>* derived) {
   progress_.next_deltas_offset = offset + 1;
