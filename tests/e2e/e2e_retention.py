@@ -16,6 +16,8 @@ mock cluster), so a stopped tally can fall out of its log:
    says in one ERROR line which deltas records were lost, counts them in
    tally_deltas_lost_records_total, goes on from the log start, and new
    events are counted.
+3. The input gap again, met by `tally aggregate` (its router a consumer
+   group member) with `tally serve` beside it.
 
   python3 e2e_retention.py --tally build/tally [--work-dir DIR]
 """
@@ -129,6 +131,39 @@ def main():
         h.check(not lines_matching(h.path("up3.log"), r"tally\.events/0: records"),
                 "the input gap was reported again after a restart")
         h.checkpoint("deltas lost to retention: reported, counted, applying goes on")
+
+        # 3. The same input gap met by `tally aggregate`, whose router is a
+        #    consumer group member (partitions assigned by the group).
+        committed = end + 5
+        rc, clean = up.stop(grace=30)
+        h.check(clean and rc == 0, "third tally up on SIGTERM: exit %s" % rc)
+        filler = [("78", json.dumps({"type": "view", "ts": TS0 + i, "post_id": 78,
+                                     "pad": h.rng.randbytes(PAD // 2).hex()})) for i in range(n_views)]
+        tallyctl.publish(h.kcat, brokers, filler)
+        end2 = committed + n_views
+        low2 = log_start(h, brokers, tallyctl.EVENTS_TOPIC)
+        log("tally.events/0 now holds offsets %s..%d" % (low2, end2 - 1))
+        if low2 is None or low2 <= committed:
+            raise tallyctl.TestFailure("retention did not move tally.events/0 past offset %d (log start %s)"
+                                       % (committed, low2))
+        agg = h.spawn("tally aggregate", [h.tally, "aggregate", "--brokers", brokers, "--state-dir", state],
+                      "aggregate.log")
+        serve, sclient = h.start_serve(brokers, state, tallyctl.free_port())
+        tallyctl.wait_lag_zero(sclient, timeout=90, proc=agg, min_input_end=end2)
+        found = lines_matching(h.path("aggregate.log"),
+                               r"ERROR.* tally\.events/0: records (\d+)\.\.(\d+) were removed by retention "
+                               r"before tally read them \((\d+) lost\)")
+        want = (committed, low2 - 1, low2 - committed)
+        h.check([tuple(int(g) for g in m.groups()) for m in found] == [want],
+                "tally aggregate: want one ERROR line for tally.events/0 records %d..%d (%d lost), found %s" % (
+                    want + ([m.group(0) for m in found],)))
+        views = sclient.get("/v1/posts/78/counts").json()["view"]
+        h.check(views == end2 - low2, "post 78 has %d views, want the %d from the log start on" % (
+            views, end2 - low2))
+        serve.stop()
+        rc, clean = agg.stop(grace=30)
+        h.check(clean and rc == 0, "tally aggregate on SIGTERM: exit %s" % rc)
+        h.checkpoint("input lost to retention under tally aggregate (a group member)")
         h.finish_checks("e2e_retention")
 
 
