@@ -11,7 +11,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "retention_gap.h"
+#include "retention_gaps.h"
 #include "sealed_window_writer.h"
 
 namespace tally::aggregator {

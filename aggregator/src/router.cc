@@ -12,7 +12,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "retention_gap.h"
+#include "retention_gaps.h"
 #include "schemas/delta.h"
 #include "schemas/event.h"
 

@@ -1,4 +1,4 @@
-#include "retention_gap.h"
+#include "retention_gaps.h"
 
 #include <fmt/core.h>
 
