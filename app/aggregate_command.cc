@@ -37,6 +37,12 @@ int RunAggregate(int argc, char** argv) {
   if (flush_ms < 1 || key_budget < 1) {
     return Fail(command, base::Status::InvalidArgument("--flush-ms and --key-budget must be positive"), kExitUsage);
   }
+  std::unique_ptr<store::StateDirLock> dir_lock;  // the applier writes the state
+  if (role != "router") {
+    auto lock = LockStateDir(f);
+    if (!lock.ok()) return Fail(command, lock.status());
+    dir_lock = std::move(lock).value();
+  }
   PipelineOptions po;
   if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
   auto cluster = ConnectCluster(&po.kafka, f, /*create_topics=*/true, 60000);

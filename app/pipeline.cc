@@ -219,6 +219,10 @@ base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFla
   return true;
 }
 
+base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlags& f) {
+  return store::StateDirLock::Acquire(f.state_dir);
+}
+
 base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
                                                            bool read_only) {
   store::StoreOptions o;

@@ -12,6 +12,7 @@
 #include "base/kafka.h"
 #include "base/status.h"
 #include "query/http_server.h"
+#include "store/state_dir_lock.h"
 #include "store/state_store.h"
 
 namespace tally::app {
@@ -107,6 +108,13 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
 // refuse it. Call with the stages stopped.
 base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFlags& f,
                                       store::StateStore* store, int wait_ms);
+
+// Takes the state directory for this process's writes (store::StateDirLock),
+// to be held until the state is closed. Called by the commands that write
+// the state first of all, before the embedded broker starts or the router
+// routes: a second writer stops at once, saying which process holds the
+// directory. A null lock when the directory is unusable (OpenState says why).
+base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlags& f);
 
 // Opens the state directory with `partitions` (0: as recorded). A writable
 // store honours TALLY_STORE_FAULT_FILE=PATH (fault drills and tests): every

@@ -30,6 +30,8 @@ int RunReplay(int argc, char** argv) {
   fs.Bool("from-input", &from_input, "re-derive from the input topics instead of tally.deltas");
   fs.Bool("allow-partial", &allow_partial, "rebuild even if a log no longer starts at offset 0");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  auto dir_lock = LockStateDir(f);  // held until the state is closed
+  if (!dir_lock.ok()) return Fail(command, dir_lock.status());
 
   aggregator::ReplayOptions o;
   if (auto st = ApplyCommonFlags(f, &o.kafka); !st.ok()) return Fail(command, st, kExitUsage);

@@ -77,6 +77,8 @@ int RunUp(int argc, char** argv) {
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  auto dir_lock = LockStateDir(f);  // first: held until the state is closed
+  if (!dir_lock.ok()) return Fail(command, dir_lock.status());
   InstallBrokerControlSignals();
   if (f.partitions < 1 || f.partitions > 1024 || flush_ms < 1 || key_budget < 1 ||
       f.read_cache_mb < 0) {

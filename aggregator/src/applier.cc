@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "retention_gaps.h"
 #include "sealed_window_writer.h"
 
 namespace tally::aggregator {
@@ -60,7 +61,16 @@ struct Applier::Rep {
   // first, waiting for its helpers before what they use goes.
   SealedWindowWriter writer{[this](int32_t p, WindowApplier* wa) { return CommitWindow(p, wa); }};
 
-  Rep(ApplierOptions opts, store::StateStore* s) : o(std::move(opts)), store(s) {
+  RetentionGaps gaps;
+
+  Rep(ApplierOptions opts, store::StateStore* s)
+      : o(std::move(opts)),
+        store(s),
+        gaps(kLog, "the applier applied them: their effects are missing from the state",
+             base::MetricsRegistry::Global().GetCounter(
+                 "tally_deltas_lost_records_total",
+                 "tally.deltas records removed by retention before the applier applied them"),
+             /*resume_past_end=*/false) {
     derived.resize(store->partitions());
     auto& m = base::MetricsRegistry::Global();
     applied_total = m.GetCounter("tally_applier_deltas_total", "Deltas applied to the state");
@@ -111,6 +121,37 @@ struct Applier::Rep {
     }
     if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
       return base::KafkaStatus(err, "assigning the deltas partitions");
+    }
+    return Status::Ok();
+  }
+
+  // librdkafka stopped partition `m->partition` at an offset outside its
+  // log (auto.offset.reset=error). Below the log start (retention removed
+  // deltas before they were applied): RetentionGaps reports the range, the
+  // window goes on from the log start (its commit records it), and every
+  // partition is assigned again at the offset its window goes on from.
+  // Past the log's end: an error (a replaced log needs a start).
+  Status ResumeAfterReset(const rd_kafka_message_t* m) {
+    auto it = owned.find(m->partition);
+    if (it == owned.end()) return Status::Ok();
+    const int64_t next = it->second->progress().next_deltas_offset;
+    base::Result<int64_t> at = Status::Unavailable("stopping");
+    for (int attempt = 0; !stop->load(); attempt++) {
+      at = gaps.Resume(consumer.get(), {o.deltas_topic, m->partition, m->offset}, next, 5000);
+      if (at.ok() || at.status().code() != base::StatusCode::kUnavailable) break;
+      if (attempt == 0) TALLY_LOG_WARN(kLog, "{}", at.status().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    if (!at.ok()) return stop->load() ? Status::Ok() : at.status();  // stopping: a restart resumes
+    it->second->SkipTo(*at);
+    base::KafkaPartitionList parts(
+        rd_kafka_topic_partition_list_new(static_cast<int>(owned.size())));
+    for (const auto& [p, wa] : owned) {
+      rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), p)->offset =
+          wa->progress().next_deltas_offset;
+    }
+    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
+      return base::KafkaStatus(err, "assigning the deltas partitions again");
     }
     return Status::Ok();
   }
@@ -360,12 +401,13 @@ Status Applier::Run(const std::atomic<bool>* stop) {
     }
     if (!m) caught_up = true;
     if (m) {
-      if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
-        result = Status::OutOfRange(fmt::format(
-            "{}/{}: the log no longer holds the offset the state needs ({}); records were lost to "
-            "retention or the log was replaced",
-            r.o.deltas_topic, m->partition, rd_kafka_message_errstr(m.get())));
-        break;
+      if (IsOffsetReset(m->err)) {
+        if (Status st = r.ResumeAfterReset(m.get()); !st.ok()) {
+          result = Status::OutOfRange(fmt::format(
+              "{}/{}: the log no longer holds the offset the state needs ({}): {}",
+              r.o.deltas_topic, m->partition, rd_kafka_message_errstr(m.get()), st.message()));
+          break;
+        }
       } else if (m->err) {
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           TALLY_LOG_WARN(kLog, "consumer: {}", rd_kafka_message_errstr(m.get()));

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "retention_gaps.h"
 #include "schemas/delta.h"
 #include "schemas/deltas_position.h"
 #include "schemas/event.h"
@@ -147,7 +148,20 @@ struct Router::Rep {
   base::Counter* deltas_total;
   base::Counter* messages_total;
 
-  explicit Rep(RouterOptions opts) : o(std::move(opts)), router(o.deltas_partitions) {
+  // Partitions librdkafka stopped at an offset outside their log
+  // (auto.offset.reset=error), resumed after the batch that reported them.
+  std::vector<OffsetReset> resets;
+  int64_t resets_retry_ms = 0;  // the broker did not answer: try again then
+  RetentionGaps gaps;
+
+  explicit Rep(RouterOptions opts)
+      : o(std::move(opts)),
+        router(o.deltas_partitions),
+        gaps(kLog, "tally read them",
+             base::MetricsRegistry::Global().GetCounter(
+                 "tally_input_lost_records_total",
+                 "Input records removed by retention before tally read them"),
+             /*resume_past_end=*/true) {
     builders.resize(o.deltas_partitions);
     first_acked.assign(o.deltas_partitions, -1);
     auto& m = base::MetricsRegistry::Global();
@@ -505,6 +519,64 @@ struct Router::Rep {
     return Status::Ok();
   }
 
+  // Resumes the partitions in `resets` where RetentionGaps says (which logs
+  // and counts what retention removed). What was routed is published and
+  // committed first and the resume offsets are committed next, so the
+  // committed offsets are where routing goes on (a restart does not meet
+  // the same gap again); then every partition is assigned again, at its
+  // position, the reset ones at their resume offsets.
+  Status ResumeAfterResets() {
+    if (base::SteadyMs() < resets_retry_ms) return Status::Ok();
+    base::KafkaPartitionList wanted(
+        rd_kafka_topic_partition_list_new(static_cast<int>(resets.size())));
+    for (const auto& rs : resets) {
+      rd_kafka_topic_partition_list_add(wanted.get(), rs.topic.c_str(), rs.partition);
+    }
+    rd_kafka_position(consumer.get(), wanted.get());
+    std::map<std::pair<std::string, int32_t>, int64_t> resume;
+    for (const auto& rs : resets) {
+      auto* pos = rd_kafka_topic_partition_list_find(wanted.get(), rs.topic.c_str(), rs.partition);
+      auto at = gaps.Resume(consumer.get(), rs, pos ? pos->offset : RD_KAFKA_OFFSET_INVALID, 5000);
+      if (!at.ok()) {
+        TALLY_LOG_WARN_LIMITED(commit_log, kLog, "{}/{}: cannot resume yet: {}", rs.topic,
+                               rs.partition, at.status().message());
+        resets_retry_ms = base::SteadyMs() + 1000;
+        return Status::Ok();
+      }
+      resume[{rs.topic, rs.partition}] = *at;
+    }
+    resets.clear();
+    TALLY_RETURN_IF_ERROR(Flush(/*sync_commit=*/false));
+    rd_kafka_topic_partition_list_t* current = nullptr;
+    if (auto err = rd_kafka_assignment(consumer.get(), &current)) {
+      return base::KafkaStatus(err, "reading the router's assignment");
+    }
+    base::KafkaPartitionList parts(current);
+    rd_kafka_position(consumer.get(), parts.get());
+    base::KafkaPartitionList commits(
+        rd_kafka_topic_partition_list_new(static_cast<int>(resume.size())));
+    for (int i = 0; i < parts->cnt; i++) {
+      auto& e = parts->elems[i];
+      auto it = resume.find({e.topic, e.partition});
+      if (it == resume.end()) continue;  // goes on from its position (or its committed offset)
+      e.offset = it->second;
+      rd_kafka_topic_partition_list_add(commits.get(), e.topic, e.partition)->offset = it->second;
+    }
+    if (commits->cnt > 0) {
+      if (auto err = rd_kafka_commit_queue(consumer.get(), commits.get(), commit_queue, nullptr,
+                                           nullptr)) {
+        TALLY_LOG_WARN_LIMITED(commit_log, kLog, "committing input offsets: {}",
+                               rd_kafka_err2str(err));
+      } else {
+        commits_in_flight++;
+      }
+    }
+    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
+      return base::KafkaStatus(err, "assigning the input partitions again");
+    }
+    return Status::Ok();
+  }
+
   // Publishes what is routed, waits until the broker has acknowledged every
   // message in flight, then commits all of it (on revocation and at stop).
   //
@@ -569,9 +641,12 @@ Status Router::Run(const std::atomic<bool>* stop) {
   if (!dlq_rkt.ok()) return dlq_rkt.status();
   r.dlq_rkt = std::move(dlq_rkt).value();
 
+  // auto.offset.reset=error: an offset outside the log is resumed by
+  // ResumeAfterResets(), which reports what retention removed; never a
+  // silent jump.
   auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group},
                                                {"enable.auto.commit", "false"},
-                                               {"auto.offset.reset", "earliest"},
+                                               {"auto.offset.reset", "error"},
                                                // Freshness: a fetch that finds nothing new comes back
                                                // within 10 ms. Kafka answers a long poll as soon as data
                                                // arrives, but the embedded broker holds an empty fetch for
@@ -634,7 +709,9 @@ Status Router::Run(const std::atomic<bool>* stop) {
       base::KafkaMessage m(batch[i]);
       if (!result.ok()) continue;  // the rest of the batch is only released
       if (m->err) {
-        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        if (IsOffsetReset(m->err) && m->rkt) {
+          r.resets.push_back({rd_kafka_topic_name(m->rkt), m->partition, m->offset});
+        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           TALLY_LOG_WARN(kLog, "consumer: {}", rd_kafka_message_errstr(m.get()));
         }
         continue;
@@ -647,6 +724,10 @@ Status Router::Run(const std::atomic<bool>* stop) {
         result = seal();
     }
     if (!result.ok()) break;
+    if (!r.resets.empty() && !stop->load(std::memory_order_relaxed)) {
+      result = r.ResumeAfterResets();
+      if (!result.ok()) break;
+    }
     rd_kafka_poll(r.producer.get(), 0);
     const int64_t now = base::SteadyMs();
     if (r.first_pending_ms >= 0 && now - r.first_pending_ms >= r.o.linger_ms) {

@@ -92,6 +92,12 @@ bool WindowApplier::NoticeListed(uint64_t id) const {
   return partition_->HasNotice(id);
 }
 
+void WindowApplier::SkipTo(int64_t offset) {
+  if (offset <= progress_.next_deltas_offset) return;
+  progress_.next_deltas_offset = offset;
+  dirty_ = true;
+}
+
 Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
                                  std::vector<schemas::DeltaBatchBuilder>* derived) {
   progress_.next_deltas_offset = offset + 1;

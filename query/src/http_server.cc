@@ -187,7 +187,9 @@ struct HttpServer::Impl {
 
   ~Impl() { StopNow(); }
 
-  restinio::request_handling_status_t OnRequest(restinio::request_handle_t req) noexcept;
+  restinio::request_handling_status_t OnRequest(restinio::request_handle_t req,
+                                                IoContext* io) noexcept;
+  void Process(const restinio::request_handle_t& req) noexcept;
   void Answer(const restinio::request_handle_t& req, Response response, bool close) noexcept;
   void StopNow();
 };
@@ -226,15 +228,35 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
   }
 }
 
-restinio::request_handling_status_t HttpServer::Impl::OnRequest(
-    restinio::request_handle_t req) noexcept {
+// RESTinio 0.6 calls this while it parses a connection's input, and it is
+// never answered here: an answer written from inside the handler starts the
+// connection's write while RESTinio still reads pipelined requests, and
+// RESTinio then decides whether to read on after that write from a count of
+// unanswered requests that the reads went on to raise; the read it resumes
+// registers one request too many and closes the connection (20 pipelined
+// requests got 3 answers). Posted to the connection's io_context, an answer
+// is written only after RESTinio stopped reading, and the count is right.
+restinio::request_handling_status_t HttpServer::Impl::OnRequest(restinio::request_handle_t req,
+                                                                IoContext* io) noexcept {
   in_flight.fetch_add(1, std::memory_order_acq_rel);
+  try {
+    asio::post(*io, [this, req = std::move(req)]() noexcept { Process(req); });
+    return restinio::request_accepted();
+  } catch (...) {
+    // Only allocation can fail above; RESTinio answers a rejected request
+    // with 501 and closes the connection.
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return restinio::request_rejected();
+  }
+}
+
+void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
   try {
     if (stopping.load(std::memory_order_acquire)) {
       Response r{
           503, kJsonContentType, RenderErrorBody("unavailable", "server is shutting down"), {}};
       Answer(req, std::move(r), /*close=*/true);
-      return restinio::request_accepted();
+      return;
     }
     const auto& header = req->header();
     std::string_view method = header.method().c_str();
@@ -257,13 +279,13 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
             {}};
         r.retry_after_s = static_cast<int>((wait_ms + 999) / 1000);
         Answer(req, std::move(r), /*close=*/false);
-        return restinio::request_accepted();
+        return;
       }
     }
     if (QueryService::MayBlock(method, target)) {
       // Off the I/O threads: a publish waits for the broker's acks. RESTinio
       // lets any thread finish the answer.
-      boost::asio::post(*blocking_pool, [this, req = std::move(req)]() noexcept {
+      boost::asio::post(*blocking_pool, [this, req]() noexcept {
         const auto& h = req->header();
         Request request{h.method().c_str(), h.request_target(), req->body(), false,
                         Authorization(h)};
@@ -273,21 +295,23 @@ restinio::request_handling_status_t HttpServer::Impl::OnRequest(
         }
         Answer(req, service->Handle(request), false);
       });
-      return restinio::request_accepted();
+      return;
     }
-    Request request{method, target, req->body(), false,
-                    Authorization(header)};
+    Request request{method, target, req->body(), false, Authorization(header)};
     if (request.body.size() > options.max_body_bytes) {
       request.body = {};
       request.body_too_large = true;
     }
     Answer(req, service->Handle(request), false);
-    return restinio::request_accepted();
   } catch (...) {
-    // Only allocation can fail above; RESTinio answers a rejected request
-    // with 501 and closes the connection.
-    in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    return restinio::request_rejected();
+    // Only allocation can fail above: answer 500 and close, if even that
+    // can be allocated (Answer() accounts for the request either way).
+    try {
+      Answer(req, Response{500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}},
+             /*close=*/true);
+    } catch (...) {
+      in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    }
   }
 }
 
@@ -402,12 +426,21 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
     settings.address(address)
         .protocol(address.is_v6() ? asio::ip::tcp::v6() : asio::ip::tcp::v4())
         .port(shard_port)
-        .request_handler(
-            [self](restinio::request_handle_t req) { return self->OnRequest(std::move(req)); })
+        .request_handler([self, io = shard.io.get()](restinio::request_handle_t req) {
+          return self->OnRequest(std::move(req), io);
+        })
         .read_next_http_message_timelimit(milliseconds(options.read_timeout_ms))
         .write_http_response_timelimit(milliseconds(options.write_timeout_ms))
         .handle_request_timeout(milliseconds(options.handle_timeout_ms))
-        .max_pipelined_requests(options.max_pipelined_requests)
+        // One request of a connection at a time: RESTinio reads the next
+        // only once the answer to this one is written. A client may
+        // pipeline any number (they wait in its socket: TCP pushes back, and
+        // a connection holds one request in memory), answers keep their
+        // order, publishes from one connection keep theirs, and the answers
+        // to the requests before bytes that are not HTTP are written before
+        // RESTinio closes the connection at them (it drops the answers it
+        // holds when it does).
+        .max_pipelined_requests(1)
         .max_parallel_connections(per_shard_connections)
         .concurrent_accepts_count(4)
         .incoming_http_msg_limits(restinio::incoming_http_msg_limits_t{}

@@ -188,6 +188,51 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(bodies[5], R"({"liked":true})");
 }
 
+// More pipelined requests than max_pipelined_requests: the server stops
+// reading at that many unanswered ones and reads on as answers are written
+// (RESTinio closed the connection after 3 answers when handlers answered
+// from inside its read loop).
+TEST_F(HttpServerTest, MorePipelinedRequestsThanTheLimitAreAllAnsweredInOrder) {
+  for (size_t piece : {size_t{0}, size_t{7}}) {  // 0: one send
+    Client c(server_->bound_port());
+    std::string batch;
+    const int n = 1000;
+    for (int i = 0; i < n; i++) {
+      batch += "GET " +
+               std::string(i % 3 == 0   ? "/v1/posts/7/counts"
+                           : i % 3 == 1 ? "/healthz"
+                                        : "/v1/posts/8/counts") +
+               " HTTP/1.1\r\nHost: test\r\n\r\n";
+    }
+    // Sent from another thread: the server pushes back (TCP) until answers
+    // are read.
+    std::thread sender([&c, &batch, piece] {
+      if (piece == 0) {
+        c.Send(batch);
+        return;
+      }
+      for (size_t i = 0; i < batch.size(); i += piece) {
+        if (!c.Send(std::string_view(batch).substr(i, piece))) return;
+      }
+    });
+    int answered = 0;
+    for (int i = 0; i < n; i++) {
+      HttpResponse r = c.Read();
+      const char* want = i % 3 == 0   ? kPost7
+                         : i % 3 == 1 ? R"({"ok":true})"
+                                      : R"({"post_id":8,"like":0,"repost":0,"comment":0,"view":0})";
+      if (r.status != 200 || r.body != want) {
+        ADD_FAILURE() << "answer " << i << " of " << n << " (sends of " << piece
+                      << " bytes): " << r.status << " " << r.body;
+        break;
+      }
+      answered++;
+    }
+    sender.join();
+    EXPECT_EQ(answered, n) << "sends of " << piece << " bytes";
+  }
+}
+
 TEST_F(HttpServerTest, MethodNotAllowedCarriesAllow) {
   Client c(server_->bound_port());
   c.Send("DELETE /v1/posts/7/counts HTTP/1.1\r\nHost: test\r\n\r\n");

@@ -74,6 +74,13 @@ class WindowApplier {
   base::Status ApplyBatch(std::string_view bytes, int64_t offset,
                           std::vector<schemas::DeltaBatchBuilder>* derived);
 
+  // The records of this partition's deltas log below `offset` (above the
+  // next offset) are gone (retention removed them before they were
+  // applied): the window goes on from `offset`, and its commit records it
+  // as the next offset even if no batch follows. No-op when `offset` is not
+  // above the next offset.
+  void SkipTo(int64_t offset);
+
   // Keys touched by the uncommitted window (for the key budget).
   size_t pending_keys() const;
   // True if anything (state or offsets) awaits Commit().

@@ -3,10 +3,13 @@
 // Serves a QueryService over RESTinio (Boost.Asio) on its own io_context and
 // thread pool; RESTinio stays inside http_server.cc. One request handler
 // hands every request to QueryService::Handle(), which does the routing.
-// Connections are keep-alive; pipelined requests are answered in order.
+// Connections are keep-alive. Pipelined requests, however many, are all
+// answered, in order: a connection's requests are handled one at a time (the
+// next is read once the answer to the one before is written), so a client
+// that sends more waits in TCP and a connection holds one request in memory.
 //
 // Threads: `threads` I/O threads run the io_context and answer the reads
-// inline (a few microseconds of RocksDB and fmt each). Requests that may
+// there (a few microseconds of RocksDB and fmt each). Requests that may
 // wait for a broker (POST /v1/events, the resets, /v1/watermarks) run on a
 // separate pool of `blocking_threads`, so a slow broker never stalls reads.
 //
@@ -46,7 +49,6 @@ struct ServerOptions {
   size_t max_url_bytes = 16 << 10;
   size_t max_header_bytes = 8 << 10;  // per header field value
   size_t max_header_count = 100;
-  size_t max_pipelined_requests = 16;  // per connection, answered in order
   int read_timeout_ms = 30000;         // idle keep-alive and slow request reads
   int write_timeout_ms = 10000;        // writing one answer
   int handle_timeout_ms = 30000;       // answering one request (publishes wait for acks)
