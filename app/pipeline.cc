@@ -43,6 +43,9 @@ void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->Int("viewed-mb", &f->viewed_mb, "memory budget of the \"viewed\" Bloom filter tables, MiB, all partitions");
   fs->Int("inactive-days", &f->inactive_days,
           "purge notice and red-dot records of users inactive this long (0: never)");
+  fs->Int("min-free-mb", &f->min_free_mb,
+          "free space the state directory's disk keeps, MiB: below it no window is written (reads "
+          "go on, /healthz answers 503) until space is freed (0: none)");
 }
 
 void AddAuthFlags(base::FlagSet* fs, CommonFlags* f) {
@@ -227,6 +230,7 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
       read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;
   o.sync_writes = f.sync;
   o.inactive_days = f.inactive_days;
+  o.min_free_bytes = static_cast<uint64_t>(std::max<int64_t>(f.min_free_mb, 0)) << 20;
   // Fault drills and tests (not a flag: nobody should arm it by accident).
   if (const char* fault = std::getenv("TALLY_STORE_FAULT_FILE"); fault && *fault && !read_only) {
     o.fault_file = fault;
