@@ -202,6 +202,11 @@ def main():
                 if free_bytes(state) > 0:  # a WAL file gave back its preallocation
                     os.remove(filler)
                     filler = fill(state, leave=0)
+            # More windows against the full disk: WAL writes, flushes and
+            # RocksDB's own recovery attempts all meet ENOSPC meanwhile.
+            publish(2000)
+            tallyctl.wait_until("the new events to reach the applier", lambda: (tallyctl.watermarks(client) or {})
+                                .get("lag", 0) > 0 or not up.alive(), timeout=30)
             status, body = health(client)
             log("/healthz with the disk full to the last byte: %s %s" % (status, str(body)[:300]))
             h.check(up.alive(), "tally up exited when RocksDB ran out of space")
