@@ -357,7 +357,9 @@ Status Partition::Commit(PartitionBatch* batch) {
   return st;
 }
 
-std::string Partition::WriteProblem() const { return rep_->health ? rep_->health->Problem() : std::string(); }
+std::string Partition::WriteProblem() const {
+  return rep_->health ? rep_->health->Problem() : std::string();
+}
 
 Status Partition::Resume() {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
@@ -365,16 +367,18 @@ Status Partition::Resume() {
     // After a failed WAL write the instance is never written again (see
     // write_health.h): straight to the reopen below.
     const bool wal_failed = rep_->health != nullptr && rep_->health->WalWriteFailed();
-    rocksdb::Status s = wal_failed ? rocksdb::Status::IOError("a WAL write failed") : rep_->db.load()->Resume();
+    rocksdb::Status s =
+        wal_failed ? rocksdb::Status::IOError("a WAL write failed") : rep_->db.load()->Resume();
     if (s.ok()) return Status::Ok();
     // A failed flush or MANIFEST write on a full disk is RocksDB's to
     // recover from: its SstFileManager polls the free space and resumes the
     // database once there is room, and Resume() answers Busy meanwhile.
     // Closing the database under that recovery would race it.
-    if (!wal_failed && (s.IsBusy() || s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit)) {
-      return Status::Unavailable(fmt::format(
-          "partition {}: RocksDB resumes writing by itself once space is freed ({})", id_,
-          s.IsBusy() ? "recovering" : s.ToString()));
+    if (!wal_failed &&
+        (s.IsBusy() || s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit)) {
+      return Status::Unavailable(
+          fmt::format("partition {}: RocksDB resumes writing by itself once space is freed ({})",
+                      id_, s.IsBusy() ? "recovering" : s.ToString()));
     }
     // RocksDB 7.8 treats a failed WAL write as unrecoverable for the open
     // instance (DB::Resume refuses it): the only way on is to close the
@@ -631,11 +635,6 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // one replays its WAL), and one at a time 16 new partitions took 280 ms of
   // every fresh start here.
   const uint32_t n = rep->options.partitions;
-  // Partitions fill at about the same rate: with equal memtables they would
-  // all flush within a second or two, and that burst (a core busy building
-  // tables, then level-0 compactions) is what a reader waiting for fresh
-  // counts saw as its worst latency. Memtable sizes from 0.5x to 1.5x the
-  // configured one (the same total) spread the flushes out.
   // Writable partitions: RocksDB's info log written so that a full disk
   // drops lines instead of aborting (info_log.h); RocksDB's recovery from a
   // full disk driven by an SstFileManager of their own (each polls the free
@@ -654,6 +653,11 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
       healths[i] = std::make_shared<WriteHealth>(i);
     }
   }
+  // Partitions fill at about the same rate: with equal memtables they would
+  // all flush within a second or two, and that burst (a core busy building
+  // tables, then level-0 compactions) is what a reader waiting for fresh
+  // counts saw as its worst latency. Memtable sizes from 0.5x to 1.5x the
+  // configured one (the same total) spread the flushes out.
   auto partition_options = [&](uint32_t i) {
     rocksdb::Options o = db_options;
     o.write_buffer_size =
@@ -697,9 +701,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     // say that first, and what to do.
     if (rep->reserve != nullptr) {
       if (Status full = rep->reserve->Check(); !full.ok() || opened[i].IsNoSpace()) {
-        return Status::ResourceExhausted(fmt::format(
-            "cannot open {}/{}: {}; free space on that disk and start again", dir, PartitionDirName(i),
-            full.ok() ? opened[i].ToString() : full.message()));
+        return Status::ResourceExhausted(
+            fmt::format("cannot open {}/{}: {}; free space on that disk and start again", dir,
+                        PartitionDirName(i), full.ok() ? opened[i].ToString() : full.message()));
       }
     }
     return FromRocks(opened[i], fmt::format("opening {}/{}", dir, PartitionDirName(i)));

@@ -113,7 +113,8 @@ TEST_F(StateStoreTest, BelowTheFreeSpaceReserveNothingIsWrittenUntilSpaceIsBack)
   auto held = batch(2);
   base::Status st = store->partition(p)->Commit(held.get());
   EXPECT_EQ(st.code(), base::StatusCode::kResourceExhausted) << st.ToString();
-  EXPECT_NE(st.message().find("10.0 MiB free, below the 64.0 MiB"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("10.0 MiB free, below the 64.0 MiB"), std::string::npos)
+      << st.message();
   EXPECT_NE(store->WriteProblem().find("is full"), std::string::npos) << store->WriteProblem();
   EXPECT_TRUE(store->partition(p)->Resume().ok());  // RocksDB itself is fine
   auto pr = store->partition(p)->LoadProgress();
