@@ -46,6 +46,9 @@ void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->Int("dedup-hours", &f->dedup_hours,
           "events that carry the same \"id\" are applied once if their event times lie within "
           "this many hours; ids are remembered that long");
+  fs->Int("min-free-mb", &f->min_free_mb,
+          "free space the state directory's disk keeps, MiB: below it no window is written (reads "
+          "go on, /healthz answers 503) until space is freed (0: none)");
 }
 
 void AddAuthFlags(base::FlagSet* fs, CommonFlags* f) {
@@ -245,6 +248,7 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
   o.sync_writes = f.sync;
   o.inactive_days = f.inactive_days;
   o.dedup_hours = f.dedup_hours;
+  o.min_free_bytes = static_cast<uint64_t>(std::max<int64_t>(f.min_free_mb, 0)) << 20;
   // Fault drills and tests (not a flag: nobody should arm it by accident).
   if (const char* fault = std::getenv("TALLY_STORE_FAULT_FILE"); fault && *fault && !read_only) {
     o.fault_file = fault;

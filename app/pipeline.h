@@ -34,6 +34,7 @@ struct CommonFlags {
   int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions
   int64_t inactive_days = 30;
   int64_t dedup_hours = 24;  // event ids (SPEC section 1)
+  int64_t min_free_mb = 256;  // free space the state's disk keeps; below it nothing is applied
   std::string auth_token;
   std::string auth_token_file;
 };
@@ -43,7 +44,7 @@ void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f);
 // Registers --input-topic and --group.
 void AddTopicFlags(base::FlagSet* fs, CommonFlags* f);
 // Registers --state-dir, --block-cache-mb, --write-buffer-mb, --memtable,
-// --sync, --viewed-mb, --inactive-days.
+// --sync, --viewed-mb, --inactive-days, --min-free-mb.
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f);
 
 // Registers --auth-token and --auth-token-file (HTTP write endpoints).

@@ -30,9 +30,11 @@ struct Applier::Rep {
   base::KafkaTopic deltas_rkt;  // destroyed before the producer
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
-  // Set while a failing write is being reported: a failing disk fails every
-  // partition the helpers are writing, and the log says so once.
-  std::atomic<bool> failure_reported{false};
+  // Windows whose write is failing now: a full or failing disk fails every
+  // partition the helpers write, and one partition may get through before
+  // another fails, so the log says once when the first fails and once when
+  // the last is written.
+  std::atomic<int> failing_windows{0};
   int64_t last_flush_ms = 0;
   const std::atomic<bool>* stop = nullptr;
 
@@ -261,15 +263,14 @@ struct Applier::Rep {
     int64_t last_log_ms = t0;
     int attempts = 0;
     int backoff_ms = 100;
-    bool reporting = false;  // this call reports the failure (see failure_reported)
+    bool reporting = false;  // this call reports the failure (see failing_windows)
     for (;;) {
       int64_t t = base::SteadyMs();
       Status st = wa->CommitSealed();
       if (st.ok()) {
         commit_seconds->Observe((base::SteadyMs() - t) / 1000.0);
         windows_total->Inc();
-        if (reporting) {
-          failure_reported.store(false);
+        if (attempts > 0 && failing_windows.fetch_sub(1) == 1) {
           TALLY_LOG_WARN(kLog,
                          "{}/{}: window up to offset {} committed after {:.1f} s of failed writes "
                          "({} attempts); "
@@ -281,10 +282,8 @@ struct Applier::Rep {
       }
       attempts++;
       int64_t now = base::SteadyMs();
-      if (attempts == 1 || now - last_log_ms >= 60000) {
-        last_log_ms = now;
-        if (!reporting) reporting = !failure_reported.exchange(true);
-      }
+      if (attempts == 1) reporting = failing_windows.fetch_add(1) == 0;
+      if (attempts == 1 || now - last_log_ms >= 60000) last_log_ms = now;
       if (reporting && last_log_ms == now) {
         TALLY_LOG_ERROR(
             kLog,
@@ -296,7 +295,10 @@ struct Applier::Rep {
       // Told to stop: give the store a few seconds, then leave the window
       // uncommitted (the restart redoes it).
       while (backoff_ms > 0) {
-        if (stop->load() && base::SteadyMs() - t0 > 5000) return st;
+        if (stop->load() && base::SteadyMs() - t0 > 5000) {
+          failing_windows.fetch_sub(1);
+          return st;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (base::SteadyMs() - now >= backoff_ms) break;
       }

@@ -403,6 +403,11 @@ Response QueryService::Dispatch(const Request& request, int* route_id) {
     case kHealthz:
       if (options_.ready && !options_.ready()) return ProtocolError(503, "not ready");
       if (std::string problem = KafkaProblem(); !problem.empty()) return ProtocolError(503, problem);
+      // The state does not take writes (a full or failing disk): reads are
+      // served, nothing new becomes visible.
+      if (std::string problem = options_.store->WriteProblem(); !problem.empty()) {
+        return ProtocolError(503, problem);
+      }
       return JsonResponse(200, "{\"ok\":true}");
     case kMetrics:
       return Response{

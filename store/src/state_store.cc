@@ -7,6 +7,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/perf_level.h>
+#include <rocksdb/sst_file_manager.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
@@ -26,8 +27,10 @@
 #include "counter_cache.h"
 #include "counter_merge.h"
 #include "fault_file_system.h"
+#include "info_log.h"
 #include "keys.h"
 #include "sorted_runs_rep.h"
+#include "write_health.h"
 
 namespace tally::store {
 
@@ -280,6 +283,10 @@ struct Partition::Rep {
   // applied is never read while the cache may still serve a value from
   // before it (lag 0 and ?wait=visible promise the next read sees it).
   mutable std::shared_mutex commit_mu;
+  // Writable stores: why writes fail (also in options.listeners), and the
+  // store's free-space reserve (borrowed).
+  std::shared_ptr<WriteHealth> health;
+  const DiskReserve* reserve = nullptr;
 };
 
 Partition::Partition(uint32_t id, std::unique_ptr<Rep> rep) : id_(id), rep_(std::move(rep)) {}
@@ -401,6 +408,14 @@ Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->primary_closed) {
     return Status::Unavailable(fmt::format("partition {}: closed after a write error, not reopened yet", id_));
   }
+  // Below the reserve nothing reaches RocksDB: a WAL write that fails is
+  // the one error RocksDB 7.8 may not recover from by itself.
+  if (rep_->reserve != nullptr) {
+    if (Status full = rep_->reserve->Check(); !full.ok()) {
+      rep_->health->OnCommit(full);
+      return full;
+    }
+  }
   PartitionBatch::Rep& b = *batch->rep_;
   // The notice list with the batch's notices, and its size in the batch
   // (a read-only store reads the ids again when that record changes).
@@ -434,16 +449,36 @@ Status Partition::Commit(PartitionBatch* batch) {
     for (const auto& [kind, id] : batch->rep_->counters) rep_->cache->Invalidate(kind, id);
     if (batch->rep_->red_dots) rep_->cache->InvalidateRedDots();
   }
-  return FromRocks(s, fmt::format("partition {}: committing window", id_));
+  Status st = FromRocks(s, fmt::format("partition {}: committing window", id_));
+  if (rep_->health) rep_->health->OnCommit(st);
+  return st;
+}
+
+std::string Partition::WriteProblem() const {
+  return rep_->health ? rep_->health->Problem() : std::string();
 }
 
 Status Partition::Resume() {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
   if (!rep_->primary_closed) {
-    rocksdb::Status s = rep_->db.load()->Resume();
+    // After a failed WAL write the instance is never written again (see
+    // write_health.h): straight to the reopen below.
+    const bool wal_failed = rep_->health != nullptr && rep_->health->WalWriteFailed();
+    rocksdb::Status s =
+        wal_failed ? rocksdb::Status::IOError("a WAL write failed") : rep_->db.load()->Resume();
     // A write that failed may have landed after all: the notice ids are
     // read again from what the database holds.
     if (s.ok()) return rep_->LoadNoticeIds(rep_->db.load().get(), id_);
+    // A failed flush or MANIFEST write on a full disk is RocksDB's to
+    // recover from: its SstFileManager polls the free space and resumes the
+    // database once there is room, and Resume() answers Busy meanwhile.
+    // Closing the database under that recovery would race it.
+    if (!wal_failed &&
+        (s.IsBusy() || s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit)) {
+      return Status::Unavailable(
+          fmt::format("partition {}: RocksDB resumes writing by itself once space is freed ({})",
+                      id_, s.IsBusy() ? "recovering" : s.ToString()));
+    }
     // RocksDB 7.8 treats a failed WAL write as unrecoverable for the open
     // instance (DB::Resume refuses it): the only way on is to close the
     // database and open it again, which replays the WAL as written.
@@ -468,6 +503,7 @@ Status Partition::Resume() {
                                   fmt::format("partition {}: reopening after a write error", id_)));
   rep_->db.store(std::shared_ptr<rocksdb::DB>(raw));
   rep_->primary_closed = false;
+  if (rep_->health != nullptr) rep_->health->ClearWalWriteFailed();
   if (rep_->cache != nullptr) rep_->cache->Clear();
   TALLY_RETURN_IF_ERROR(rep_->LoadNoticeIds(raw, id_));
   TALLY_LOG_WARN("store", "partition {}: reopened for writing", id_);
@@ -486,6 +522,7 @@ struct StateStore::Rep {
   rocksdb::Options db_options;  // kept to reopen read-only partitions
   std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
   std::unique_ptr<CounterCache> cache;  // StoreOptions::read_cache_bytes; outlives the partitions
+  std::unique_ptr<DiskReserve> reserve;  // writable stores; outlives the partitions
 
   // The partition of kGlobalEntity: the notice list and the red dots.
   Partition::Rep& GlobalPartition() const {
@@ -632,6 +669,10 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   db_options.bytes_per_sync = 1 << 20;
   db_options.level_compaction_dynamic_level_bytes = true;
   db_options.keep_log_file_num = 2;
+  // RocksDB reserves 4 MiB for every new MANIFEST (fallocate), which a file
+  // of a few KiB never uses: 64 MiB of a disk for 16 partitions, counted as
+  // used by the free-space reserve.
+  db_options.manifest_preallocation_size = 64 << 10;
   db_options.max_log_file_size = 4 << 20;
   // Point reads (a feed's followee counts are thousands of them) skip the
   // memtables that do not hold the key.
@@ -702,6 +743,24 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // one replays its WAL), and one at a time 16 new partitions took 280 ms of
   // every fresh start here.
   const uint32_t n = rep->options.partitions;
+  // Writable partitions: RocksDB's info log written so that a full disk
+  // drops lines instead of aborting (info_log.h); RocksDB's recovery from a
+  // full disk driven by an SstFileManager of their own (each polls the free
+  // space and resumes its database; one shared by all would resume them one
+  // at a time, 5 s apart), with the reserve as compaction headroom; and a
+  // listener that tells WriteProblem() why writes stopped.
+  std::vector<std::shared_ptr<rocksdb::Logger>> info_logs(n);
+  std::vector<std::shared_ptr<rocksdb::SstFileManager>> file_managers(n);
+  std::vector<std::shared_ptr<WriteHealth>> healths(n);
+  if (!options.read_only) {
+    rep->reserve = std::make_unique<DiskReserve>(dir, options.min_free_bytes, options.free_bytes);
+    for (uint32_t i = 0; i < n; i++) {
+      info_logs[i] = std::make_shared<InfoLog>(dir + "/" + PartitionDirName(i) + "/LOG", 4 << 20);
+      file_managers[i].reset(rocksdb::NewSstFileManager(db_options.env, info_logs[i]));
+      file_managers[i]->SetCompactionBufferSize(options.min_free_bytes);
+      healths[i] = std::make_shared<WriteHealth>(i);
+    }
+  }
   // Partitions fill at about the same rate: with equal memtables they would
   // all flush within a second or two, and that burst (a core busy building
   // tables, then level-0 compactions) is what a reader waiting for fresh
@@ -712,6 +771,11 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     o.write_buffer_size =
         static_cast<size_t>(static_cast<double>(db_options.write_buffer_size) *
                             (0.5 + (static_cast<double>(i) + 0.5) / static_cast<double>(n)));
+    if (!options.read_only) {
+      o.info_log = info_logs[i];
+      o.sst_file_manager = file_managers[i];
+      o.listeners.push_back(healths[i]);
+    }
     return o;
   };
   std::vector<rocksdb::DB*> raws(n, nullptr);
@@ -741,6 +805,15 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   for (uint32_t i = 0; i < n; i++) {
     if (opened[i].ok()) continue;
     for (rocksdb::DB* db : raws) delete db;  // the ones that did open; null otherwise
+    // Opening writes (a MANIFEST, an OPTIONS file, a WAL): on a full disk
+    // say that first, and what to do.
+    if (rep->reserve != nullptr) {
+      if (Status full = rep->reserve->Check(); !full.ok() || opened[i].IsNoSpace()) {
+        return Status::ResourceExhausted(
+            fmt::format("cannot open {}/{}: {}; free space on that disk and start again", dir,
+                        PartitionDirName(i), full.ok() ? opened[i].ToString() : full.message()));
+      }
+    }
     return FromRocks(opened[i], fmt::format("opening {}/{}", dir, PartitionDirName(i)));
   }
   for (uint32_t i = 0; i < n; i++) {
@@ -755,12 +828,19 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->current = std::move(currents[i]);
     prep->cache = rep->cache.get();
     TALLY_RETURN_IF_ERROR(prep->LoadNoticeIds(raws[i], i));
+    prep->health = healths[i];
+    prep->reserve = rep->reserve.get();
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
   }
   if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
   TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
                  options.read_only ? ", read-only" : "",
                  rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);
+  if (rep->reserve != nullptr) {
+    if (Status full = rep->reserve->Check(); !full.ok()) {
+      TALLY_LOG_WARN("store", "{}: reads are served, applying waits", full.message());
+    }
+  }
   return std::unique_ptr<StateStore>(new StateStore(std::move(rep)));
 }
 
@@ -1127,6 +1207,15 @@ Result<std::vector<Progress>> StateStore::LoadAllProgress() const {
     out.push_back(std::move(pr).value());
   }
   return out;
+}
+
+std::string StateStore::WriteProblem() const {
+  if (rep_->reserve == nullptr) return {};
+  if (Status full = rep_->reserve->Check(); !full.ok()) return full.message();
+  for (const auto& p : rep_->partitions) {
+    if (std::string problem = p->WriteProblem(); !problem.empty()) return problem;
+  }
+  return {};
 }
 
 Status StateStore::CatchUp() {

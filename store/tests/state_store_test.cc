@@ -88,6 +88,61 @@ TEST_F(StateStoreTest, MergedCountersAndProgressSurviveReopen) {
   EXPECT_FALSE(m.Covers(44, 2));
 }
 
+// Below the free-space reserve a commit writes nothing and says why, the
+// store's WriteProblem() names the disk, reads go on, and once space is
+// back the same batch commits.
+TEST_F(StateStoreTest, BelowTheFreeSpaceReserveNothingIsWrittenUntilSpaceIsBack) {
+  std::atomic<uint64_t> free_bytes{1ull << 30};
+  options_.min_free_bytes = 64 << 20;
+  options_.free_bytes = [&free_bytes] { return free_bytes.load(); };
+  auto store = OpenOrDie();
+  const uint32_t p = schemas::PartitionOf(7, 4);
+  auto batch = [](int64_t offset) {
+    auto b = std::make_unique<PartitionBatch>();
+    CounterOp ops[4] = {CounterOp::Add(1), {}, {}, {}};
+    b->MergePostCounters(7, ops);
+    Progress pr;
+    pr.next_deltas_offset = offset;
+    b->SetProgress(pr);
+    return b;
+  };
+  ASSERT_TRUE(store->partition(p)->Commit(batch(1).get()).ok());
+  EXPECT_EQ(store->WriteProblem(), "");
+
+  free_bytes = 10 << 20;
+  auto held = batch(2);
+  base::Status st = store->partition(p)->Commit(held.get());
+  EXPECT_EQ(st.code(), base::StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("10.0 MiB free, below the 64.0 MiB"), std::string::npos)
+      << st.message();
+  EXPECT_NE(store->WriteProblem().find("is full"), std::string::npos) << store->WriteProblem();
+  EXPECT_TRUE(store->partition(p)->Resume().ok());  // RocksDB itself is fine
+  auto pr = store->partition(p)->LoadProgress();
+  ASSERT_TRUE(pr.ok());
+  EXPECT_EQ(pr->next_deltas_offset, 1);
+  std::vector<uint64_t> ids = {7};
+  std::vector<PostCounts> out;
+  ASSERT_TRUE(store->GetPostCounts(ids, &out).ok());
+  EXPECT_EQ(out[0].like, 1);
+
+  free_bytes = 1ull << 30;
+  ASSERT_TRUE(store->partition(p)->Commit(held.get()).ok());
+  EXPECT_EQ(store->WriteProblem(), "");
+  ASSERT_TRUE(store->GetPostCounts(ids, &out).ok());
+  EXPECT_EQ(out[0].like, 2);
+}
+
+// RocksDB's info log is tally's own (info_log.h): every writable partition
+// has its LOG, and it holds RocksDB's lines.
+TEST_F(StateStoreTest, EachPartitionKeepsRocksDbsInfoLog) {
+  { auto store = OpenOrDie(); }
+  for (int i = 0; i < 4; i++) {
+    fs::path log = dir_ / ("partition-00" + std::to_string(i)) / "LOG";
+    ASSERT_TRUE(fs::exists(log)) << log;
+    EXPECT_GT(fs::file_size(log), 0u) << log;
+  }
+}
+
 TEST_F(StateStoreTest, FolloweesListedInIdOrder) {
   auto store = OpenOrDie();
   PartitionBatch b;

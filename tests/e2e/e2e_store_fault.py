@@ -5,10 +5,11 @@ MANIFEST) fails while that file exists, as on a full or failing disk.
 
 1. Events are applied; then the fault starts and more events arrive. The
    applier must stop advancing (applied offsets frozen, lag > 0), log one
-   line saying why with partition and offset, keep retrying, and keep
-   serving reads from what is there (every count equals the model as it
-   was before the fault). The fault clears: applying resumes, one line says
-   so, and every count equals the model: nothing lost, nothing doubled.
+   line saying why with partition and offset, keep retrying, answer
+   /healthz 503 with that reason, and keep serving reads from what is
+   there (every count equals the model as it was before the fault). The
+   fault clears: applying resumes, one line says so, and every count
+   equals the model: nothing lost, nothing doubled.
 2. The fault starts again, and `tally up` is SIGKILLed while it retries; it
    is restarted without the fault on the same state: every count equals the
    model.
@@ -93,7 +94,9 @@ def main():
         differ = [k for k in before if before[k] != during[k]]
         h.check(not differ, "reads during the fault differ from the state before it (%d answers), e.g. %s: %s -> %s"
                 % (len(differ), differ[:1], differ and before[differ[0]], differ and during[differ[0]]))
-        h.check(client.get("/healthz").status == 200, "/healthz during a store fault")
+        r = client.get("/healthz")
+        h.check(r.status == 503 and "injected write fault" in r.text(),
+                "/healthz during a store fault: want 503 naming the fault, got %r" % r)
         left = args.fault_seconds - (time.monotonic() - t_fault)
         if left > 0:
             time.sleep(left)  # the length of the fault

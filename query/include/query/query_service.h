@@ -88,6 +88,8 @@ struct QueryServiceOptions {
   // /healthz answers 503. Null means always ready. Called on request threads:
   // must be cheap and safe for concurrent use.
   std::function<bool()> ready;
+  // (/healthz also answers 503 while store->WriteProblem() names a reason:
+  // a full or failing disk; reads and POST /v1/events go on meanwhile.)
   // Optional. While it returns a non-empty line (the Kafka cluster is lost:
   // base::KafkaHealth::Problem()), /healthz answers 503 with that line, and
   // POST /v1/events and the resets answer 503 at once, publishing nothing;

@@ -62,6 +62,13 @@ struct StoreOptions {
   int64_t dedup_hours = 24;
   // Clock of the purge, ms since the epoch; empty: the wall clock.
   std::function<int64_t()> now_ms;
+  // Free space the state's disk must keep: while less is free no window is
+  // written (Commit answers ResourceExhausted and writes nothing), so
+  // tally's own writes never drive RocksDB into a full disk; RocksDB's
+  // compactions keep it as headroom too. 0: no reserve.
+  uint64_t min_free_bytes = 256ull << 20;
+  // Tests: the free bytes of the state's disk; empty: statvfs(dir).
+  std::function<uint64_t()> free_bytes;
   // Fault drills and tests only: when not empty, every RocksDB write (WAL,
   // SST, MANIFEST) fails with an IOError while this file exists, as on a full
   // disk (store/src/fault_file_system.h). Reads are untouched.
@@ -199,17 +206,25 @@ class Partition {
 
   // Writes `batch` atomically (state and progress together); the read
   // cache and the notice ids follow it before it returns. On error nothing
-  // of the batch is visible. Only the owning applier thread calls it.
+  // of the batch is visible: ResourceExhausted (writing nothing) while the
+  // disk has less than StoreOptions::min_free_bytes free, or RocksDB's
+  // error. Only the owning applier thread calls it.
   base::Status Commit(PartitionBatch* batch);
 
   // After a failed Commit(): RocksDB may have stopped accepting writes (its
-  // background error state); this asks it to resume (DB::Resume, which
-  // flushes what it holds) or, for an error RocksDB will not resume from (a
-  // failed WAL write), closes the database and opens it again (readers use a
-  // read-only instance in between). OK once it accepts writes again; the
-  // error while the cause persists. Reads work throughout. Applier thread
-  // only.
+  // background error state). A full disk (NoSpace, SpaceLimit) RocksDB
+  // recovers from by itself once space is freed (its SstFileManager polls
+  // the free space, then resumes the database): this only asks, and
+  // answers Unavailable meanwhile. For an error RocksDB will not resume
+  // from (an I/O error on a WAL write: a failing disk) it closes the
+  // database and opens it again (readers use a read-only instance in
+  // between). OK once it accepts writes again; the error while the cause
+  // persists. Reads work throughout. Applier thread only.
   base::Status Resume();
+
+  // "" while the partition writes; else why its last commit failed or why
+  // RocksDB stopped its writes. Safe for concurrent use.
+  std::string WriteProblem() const;
 
  private:
   friend class StateStore;
@@ -281,6 +296,12 @@ class StateStore {
 
   // Progress of every partition, indexed by partition.
   base::Result<std::vector<Progress>> LoadAllProgress() const;
+
+  // Why the store does not write now, in one line: its disk below the
+  // reserve (StoreOptions::min_free_bytes), or a partition whose commits
+  // fail; "" when it writes (and always for read_only stores). Safe for
+  // concurrent use; one statvfs per call.
+  std::string WriteProblem() const;
 
   // read_only stores: catch up with the writer's latest commits, the notice
   // ids included (read again when a commit added notices). No-op otherwise.

@@ -1,0 +1,105 @@
+#include "write_health.h"
+
+#include <fmt/core.h>
+#include <sys/statvfs.h>
+
+namespace tally::store {
+
+namespace {
+const char* ReasonName(rocksdb::BackgroundErrorReason reason) {
+  switch (reason) {
+    case rocksdb::BackgroundErrorReason::kFlush:
+    case rocksdb::BackgroundErrorReason::kFlushNoWAL:
+      return "a flush";
+    case rocksdb::BackgroundErrorReason::kCompaction:
+      return "a compaction";
+    case rocksdb::BackgroundErrorReason::kWriteCallback:
+      return "a write";
+    case rocksdb::BackgroundErrorReason::kMemTable:
+      return "a memtable insert";
+    case rocksdb::BackgroundErrorReason::kManifestWrite:
+    case rocksdb::BackgroundErrorReason::kManifestWriteNoWAL:
+      return "a MANIFEST write";
+  }
+  return "a background job";
+}
+
+std::string Mib(uint64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+}  // namespace
+
+void WriteHealth::Set(std::string reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  reason_ = std::move(reason);
+  failing_.store(true, std::memory_order_release);
+}
+
+void WriteHealth::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  reason_.clear();
+  failing_.store(false, std::memory_order_release);
+}
+
+void WriteHealth::OnCommit(const base::Status& st) {
+  if (st.ok()) {
+    if (failing_.load(std::memory_order_acquire)) Clear();
+    return;
+  }
+  Set(st.message());
+}
+
+std::string WriteHealth::Problem() const {
+  if (!failing_.load(std::memory_order_acquire)) return {};
+  std::lock_guard<std::mutex> l(mu_);
+  return reason_;
+}
+
+void WriteHealth::OnBackgroundError(rocksdb::BackgroundErrorReason reason,
+                                    rocksdb::Status* bg_error) {
+  // A failed compaction is retried by RocksDB and does not stop writes.
+  if (bg_error == nullptr || bg_error->ok() ||
+      reason == rocksdb::BackgroundErrorReason::kCompaction)
+    return;
+  // kWriteCallback: a WAL write or sync failed (the write path reports
+  // nothing else under that reason).
+  if (reason == rocksdb::BackgroundErrorReason::kWriteCallback) {
+    wal_write_failed_.store(true, std::memory_order_release);
+  }
+  Set(fmt::format("partition {}: RocksDB stopped writing after {} failed: {}", partition_,
+                  ReasonName(reason), bg_error->ToString()));
+}
+
+void WriteHealth::OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason reason, rocksdb::Status,
+                                       bool* auto_recovery) {
+  if (reason == rocksdb::BackgroundErrorReason::kWriteCallback && auto_recovery != nullptr) {
+    *auto_recovery = false;
+  }
+}
+
+void WriteHealth::OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo& info) {
+  if (info.new_bg_error.ok()) Clear();
+}
+
+DiskReserve::DiskReserve(std::string dir, uint64_t min_free_bytes,
+                         std::function<uint64_t()> free_bytes)
+    : dir_(std::move(dir)), min_free_bytes_(min_free_bytes), free_bytes_(std::move(free_bytes)) {}
+
+base::Status DiskReserve::Check() const {
+  if (min_free_bytes_ == 0) return base::Status::Ok();
+  uint64_t free = 0;
+  if (free_bytes_) {
+    free = free_bytes_();
+  } else {
+    struct statvfs st;
+    if (::statvfs(dir_.c_str(), &st) != 0) return base::Status::Ok();
+    free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  }
+  if (free >= min_free_bytes_) return base::Status::Ok();
+  return base::Status::ResourceExhausted(
+      fmt::format("the disk of {} is full: {} free, below the {} kept free (--min-free-mb); "
+                  "nothing is written until space is freed",
+                  dir_, Mib(free), Mib(min_free_bytes_)));
+}
+
+}  // namespace tally::store
