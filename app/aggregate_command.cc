@@ -68,22 +68,17 @@ int RunAggregate(int argc, char** argv) {
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
   PipelineRunner runner(po, store.get());
   runner.Start();
-  // A stage that failed because the broker's log was replaced (a restarted
-  // embedded broker) is started again on the new log, as at start; any other
-  // failure stops the process.
+  // A stage that fails is started again (RestartPipeline): on a replaced
+  // log, attached to it as at start.
   bool failed = false;
+  int64_t backoff_ms = 1000, started_ms = base::SteadyMs();
   while (!base::WaitForShutdown(50)) {
     if (!stage_failed.load()) continue;
-    runner.Stop();
-    base::Result<bool> reattached = false;
-    if (store) reattached = ReattachIfReplaced(&po.kafka, f, store.get(), 60000);
-    if (!reattached.ok() || !*reattached) {
-      if (!reattached.ok()) TALLY_LOG_ERROR("aggregate", "{}", reattached.status().ToString());
-      failed = true;
+    if (!RestartPipeline(&runner, &po.kafka, f, store.get(), &backoff_ms, &started_ms)) {
+      failed = !base::ShutdownRequested();
       break;
     }
     stage_failed.store(false);
-    runner.Start();
   }
   TALLY_LOG_INFO("aggregate", "stopping");
   runner.Stop();

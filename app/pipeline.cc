@@ -222,6 +222,34 @@ base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFla
   return true;
 }
 
+bool RestartPipeline(PipelineRunner* runner, base::KafkaOptions* kafka, const CommonFlags& f,
+                     store::StateStore* store, int64_t* backoff_ms, int64_t* started_ms) {
+  runner->Stop();
+  if (base::SteadyMs() - *started_ms > 60000) *backoff_ms = 1000;
+  for (;;) {
+    if (base::ShutdownRequested()) return false;
+    base::Result<bool> reattached = false;
+    if (store != nullptr) reattached = ReattachIfReplaced(kafka, f, store, 10000);
+    if (!reattached.ok()) {
+      if (reattached.status().code() == base::StatusCode::kFailedPrecondition) {
+        TALLY_LOG_ERROR("pipeline", "{}", reattached.status().ToString());
+        return false;
+      }
+      continue;  // the cluster is unreachable: ConnectCluster said so, and waits again
+    }
+    if (!*reattached) {
+      TALLY_LOG_WARN("pipeline",
+                     "the pipeline stopped after an error (above); starting it again in {:.1f} s",
+                     *backoff_ms / 1000.0);
+      if (base::WaitForShutdown(static_cast<int>(*backoff_ms))) return false;
+      *backoff_ms = std::min<int64_t>(*backoff_ms * 2, 30000);
+    }
+    *started_ms = base::SteadyMs();
+    runner->Start();
+    return true;
+  }
+}
+
 base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlags& f) {
   return store::StateDirLock::Acquire(f.state_dir);
 }

@@ -11,6 +11,7 @@
 #include "base/flags.h"
 #include "base/kafka.h"
 #include "base/status.h"
+#include "pipeline_runner.h"
 #include "query/http_server.h"
 #include "store/state_dir_lock.h"
 #include "store/state_store.h"
@@ -116,6 +117,18 @@ base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFla
 // routes: a second writer stops at once, saying which process holds the
 // directory. A null lock when the directory is unusable (OpenState says why).
 base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlags& f);
+
+// A stage of `runner` stopped with an error: stops the others and starts
+// them again, so that tally resumes by itself once the fault clears (SPEC
+// section 4). First it attaches the state to a replaced log
+// (ReattachIfReplaced), waiting for an unreachable cluster; the same
+// cluster waits `*backoff_ms` first (1 s, doubling to 30 s while failures
+// follow each other within a minute; `*started_ms` is when the stages last
+// started). False, with the stages stopped, when a shutdown was requested
+// meanwhile or the cluster rules refuse the state (logged at ERROR): the
+// command stops then. `store` may be null (a router alone).
+bool RestartPipeline(PipelineRunner* runner, base::KafkaOptions* kafka, const CommonFlags& f,
+                     store::StateStore* store, int64_t* backoff_ms, int64_t* started_ms);
 
 // Opens the state directory with `partitions` (0: as recorded). A writable
 // store honours TALLY_STORE_FAULT_FILE=PATH (fault drills and tests): every

@@ -174,7 +174,7 @@ int RunUp(int argc, char** argv) {
   qo.ready = [&runner, &stage_failed] { return runner.running() || stage_failed.load(); };
   qo.kafka_problem = [&stage_failed]() -> std::string {
     if (stage_failed.load())
-      return "the pipeline stopped; checking whether the broker's log was replaced";
+      return "the pipeline stopped after an error and is being started again (see the log)";
     return base::KafkaHealth::Global().Problem();
   };
   query::QueryService service(qo);
@@ -191,11 +191,13 @@ int RunUp(int argc, char** argv) {
     control.set_available = [&broker](bool up) { return broker->SetAvailable(up); };
     control.address = broker->bootstrap();
   }
-  // Serve until told to stop. A broker whose log was replaced under the
-  // running process (a restarted `tally broker`, or the embedded broker's
-  // process gone and started again here) is handled as at start: the counts
-  // stay, the new logs are read from their start.
+  // Serve until told to stop. A stage that fails is started again
+  // (RestartPipeline); a broker whose log was replaced under the running
+  // process (a restarted `tally broker`, or the embedded broker's process
+  // gone and started again here) is handled as at start: the counts stay,
+  // the new logs are read from their start.
   bool broker_lost = false, failed = false;
+  int64_t backoff_ms = 1000, started_ms = base::SteadyMs();
   for (;;) {
     ServeUntilShutdown(control, [&] {
       broker_lost = broker && !broker->Alive();
@@ -218,15 +220,11 @@ int RunUp(int argc, char** argv) {
       broker = std::move(b).value();
       broker_lost = false;
     }
-    runner.Stop();
-    auto reattached = ReattachIfReplaced(&po.kafka, f, store.get(), 60000);
-    if (!reattached.ok() || !*reattached) {
-      if (!reattached.ok()) TALLY_LOG_ERROR("up", "{}", reattached.status().ToString());
-      failed = true;
+    if (!RestartPipeline(&runner, &po.kafka, f, store.get(), &backoff_ms, &started_ms)) {
+      failed = !base::ShutdownRequested();
       break;
     }
     stage_failed.store(false);
-    runner.Start();
   }
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
