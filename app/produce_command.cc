@@ -102,6 +102,7 @@ struct ProduceFlags {
   int64_t rate = 0;
   int64_t users = 100000;
   int64_t posts = 100000;
+  bool ids = false;
   std::vector<std::string> kafka;
   std::string log_level = "info";
 };
@@ -158,6 +159,7 @@ LoopResult PublishGenerated(const ProduceFlags& f, ingest::EventPublisher* publi
   options.users = static_cast<uint64_t>(f.users);
   options.posts = static_cast<uint64_t>(f.posts);
   options.seed = static_cast<uint64_t>(f.seed);
+  options.with_ids = f.ids;
   ingest::WorkloadGenerator generator(options);
   schemas::Event event;
   ingest::PublishRecord record;
@@ -200,6 +202,8 @@ int RunProduce(int argc, char** argv) {
   flags.Int("rate", &f.rate, "events per second (0: as fast as possible)");
   flags.Int("users", &f.users, "synthetic workload: number of users");
   flags.Int("posts", &f.posts, "synthetic workload: posts that exist before the first event");
+  flags.Bool("ids", &f.ids,
+             "synthetic workload: give every event an id (\"g<seed>-<n>\"), applied once per id");
   flags.Repeated("kafka", &f.kafka, "librdkafka setting KEY=VALUE for the producer");
   flags.String("log-level", &f.log_level, "debug, info, warn, error or off");
   if (int rc = ParseFlagsOrExit(flags, command, argc, argv); rc >= 0) return rc;
