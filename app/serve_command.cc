@@ -72,6 +72,7 @@ int RunServe(int argc, char** argv) {
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   query::QueryService service(qo);
+  if (publisher) so->abort_waits = [p = publisher.get()] { p->Abort(); };
   auto server = query::HttpServer::Start(*so, &service);
   if (!server.ok()) return Fail(command, server.status());
   TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http.listen);

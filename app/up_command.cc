@@ -30,7 +30,9 @@ namespace {
 
 // How long a clean stop waits for the embedded broker's records to be
 // applied before it stops the broker; past it, the broker is left running.
-constexpr int64_t kDrainAtStopMs = 10000;
+// Part of the stop's budget (base::kStopBudgetMs), the rest left to the
+// stages.
+constexpr int kDrainAtStopMs = 5000;
 
 // Waits until everything published is visible (lag 0) or `deadline_ms`
 // (steady clock) passes or Kafka is unreachable. True when lag reached 0;
@@ -178,6 +180,7 @@ int RunUp(int argc, char** argv) {
     return base::KafkaHealth::Global().Problem();
   };
   query::QueryService service(qo);
+  so->abort_waits = [p = publisher->get()] { p->Abort(); };
   auto server = query::HttpServer::Start(*so, &service);
   if (!server.ok()) {
     runner.Stop();
@@ -233,7 +236,8 @@ int RunUp(int argc, char** argv) {
   bool drained = false;
   int64_t lag = -1;
   if (broker && !failed && runner.running()) {
-    drained = WaitForLagZero(watermarks->get(), base::SteadyMs() + kDrainAtStopMs, &lag);
+    drained = WaitForLagZero(watermarks->get(),
+                             base::SteadyMs() + base::StopBudgetLeftMs(kDrainAtStopMs), &lag);
   }
   runner.Stop();
   server->reset();

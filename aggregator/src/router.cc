@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/shutdown.h"
 #include "retention_gaps.h"
 #include "schemas/delta.h"
 #include "schemas/deltas_position.h"
@@ -504,7 +505,7 @@ struct Router::Rep {
       return Status::Ok();
     }
     constexpr int kWaitS = base::kFlushAtStopSeconds;
-    if (ServeCommits(kWaitS * 1000)) return Status::Ok();
+    if (ServeCommits(base::StopBudgetLeftMs(kWaitS * 1000))) return Status::Ok();
     if (stop != nullptr && stop->load()) {
       gave_up = true;
       return Status::Aborted(fmt::format(

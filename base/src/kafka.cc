@@ -12,6 +12,7 @@
 
 #include "base/kafka_health.h"
 #include "base/log.h"
+#include "base/shutdown.h"
 
 namespace tally::base {
 
@@ -278,7 +279,8 @@ Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
                      const std::function<void(int)>& on_wait) {
   int stopping_s = 0;
   for (int waited_s = 1; rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR; waited_s++) {
-    if (stop != nullptr && stop->load() && ++stopping_s >= kFlushAtStopSeconds) {
+    if (stop != nullptr && stop->load() &&
+        (++stopping_s >= kFlushAtStopSeconds || StopBudgetLeftMs(1000) == 0)) {
       const int left = rd_kafka_outq_len(rk);
       rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_poll(rk, 0);  // the purged records' delivery reports

@@ -13,6 +13,7 @@
 #include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/shutdown.h"
 
 namespace tally::ingest {
 namespace {
@@ -70,7 +71,9 @@ struct EventPublisher::Rep {
   ~Rep() {
     if (poll_thread.joinable()) {
       // Serve the remaining reports here; Flush() callers are gone by now.
-      rd_kafka_flush(rk.get(), 5000);
+      // Within a process's stop, what is left of its budget: the HTTP tier
+      // has stopped, so nobody waits for an answer about these records.
+      rd_kafka_flush(rk.get(), base::StopBudgetLeftMs(5000));
       stop.store(true);
       poll_thread.join();
       if (int left = rd_kafka_outq_len(rk.get()); left > 0) {
@@ -259,6 +262,10 @@ base::Status EventPublisher::PublishAsync(const PublishRecord& record) {
     rep_->flushed.notify_all();
   }
   return st;
+}
+
+void EventPublisher::Abort() {
+  rd_kafka_purge(rep_->rk.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 }
 
 base::Status EventPublisher::Flush(int timeout_ms) {

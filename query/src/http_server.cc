@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/shutdown.h"
 #include "query/query_service.h"
 #include "rate_limiter.h"
 #include "store/state_store.h"
@@ -336,15 +337,16 @@ void HttpServer::Impl::StopNow() {
 
   // 2. Let the requests in flight be answered (requests that still arrive
   //    on open connections get 503 and Connection: close).
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.shutdown_grace_ms);
+  const int grace_ms = base::StopBudgetLeftMs(options.shutdown_grace_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   while (in_flight.load(std::memory_order_acquire) > 0 &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (int64_t left = in_flight.load(); left > 0) {
     TALLY_LOG_WARN("http", "{} requests still in flight after {} ms; closing their connections",
-                   left, options.shutdown_grace_ms);
+                   left, grace_ms);
+    if (options.abort_waits) options.abort_waits();
   }
 
   // 3. Publishing jobs finish (bounded by the publisher's delivery timeout)

@@ -16,6 +16,16 @@ bool ShutdownRequested();
 // Requests a stop from inside the process (e.g. a fatal error in a thread).
 void RequestShutdown();
 
+// Every wait of a clean stop for an unresponsive broker (producers flushing,
+// offset commits answered, queued records) fits in this much time from the
+// stop request, so a stop during a broker stall ends in about that long.
+inline constexpr int kStopBudgetMs = 8000;
+
+// Milliseconds left of kStopBudgetMs since the stop was requested, at most
+// `cap_ms`; `cap_ms` when no stop was requested (a stage stopped to be
+// started again keeps its own bounds).
+int StopBudgetLeftMs(int cap_ms);
+
 // Blocks until a stop is requested or `timeout_ms` passes (<0: forever).
 // Returns true if a stop was requested.
 bool WaitForShutdown(int timeout_ms);

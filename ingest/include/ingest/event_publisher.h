@@ -92,6 +92,12 @@ class EventPublisher {
   // deadline, else OK.
   base::Status Flush(int timeout_ms);
 
+  // Drops every record queued or in flight (librdkafka's purge): the
+  // Publish() calls waiting for them return an error now, and the broker
+  // may or may not have them. For a stop that cannot wait for a broker that
+  // does not answer. Safe for concurrent use.
+  void Abort();
+
   // Records queued by PublishAsync() whose delivery report has not arrived.
   uint64_t pending() const;
   PublisherStats stats() const;

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,11 @@ struct ServerOptions {
   int write_timeout_ms = 10000;        // writing one answer
   int handle_timeout_ms = 30000;       // answering one request (publishes wait for acks)
   int shutdown_grace_ms = 10000;       // Stop(): longest wait for requests in flight
+  // Stop(): called once the grace (within a process's stop, what is left
+  // of base::kStopBudgetMs) has passed with requests still waiting on
+  // something else (a publish the broker does not answer), to make them
+  // end now; they answer 503. May be null.
+  std::function<void()> abort_waits;
   size_t max_connections = 10000;      // open connections at once (>= 1)
   // Requests per second per client address; 0 = no limit. GET /healthz and
   // GET /metrics are never limited. rate_burst: bucket size (0 = one
