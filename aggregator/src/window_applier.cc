@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "base/hash.h"
 #include "base/log.h"
 
 namespace tally::aggregator {
@@ -50,19 +51,6 @@ base::Result<bool> WindowApplier::EdgeSet(bool like, uint64_t a, uint64_t b) {
   }
   return like ? partition_->HasLike(a, b) : partition_->HasFollow(a, b);
 }
-
-namespace {
-
-uint64_t Mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-}  // namespace
 
 base::Result<bool> WindowApplier::IsCopyOfAppliedEvent(const Delta& d, uint64_t copy) {
   const IdClaim* claim = event_ids_.find(d.event_id);
@@ -117,8 +105,8 @@ Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
   stream_copy_seeds_.clear();
   for (const auto& s : reader_.streams()) {
     stream_marks_.push_back(&progress_.marks[s]);
-    stream_copy_seeds_.push_back(
-        Mix(schemas::EventIdHash(s.topic) ^ Mix(static_cast<uint32_t>(s.partition))));
+    stream_copy_seeds_.push_back(base::SplitMix64(
+        schemas::EventIdHash(s.topic) ^ base::SplitMix64(static_cast<uint32_t>(s.partition))));
   }
   uint32_t derived_index = 0;
   for (const Delta& d : decoded_) {
@@ -129,8 +117,8 @@ Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
     }
     if (d.event_id != 0) {
       // The record (stream, offset) that carried this copy of the event.
-      const uint64_t copy =
-          Mix(stream_copy_seeds_[d.source.stream] ^ static_cast<uint64_t>(d.source.offset));
+      const uint64_t copy = base::SplitMix64(stream_copy_seeds_[d.source.stream] ^
+                                             static_cast<uint64_t>(d.source.offset));
       auto dup = IsCopyOfAppliedEvent(d, copy);
       if (!dup.ok()) return dup.status();
       if (*dup) {

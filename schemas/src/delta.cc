@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include "base/hash.h"
+
 namespace tally::schemas {
 namespace {
 
@@ -71,11 +73,7 @@ uint64_t EventIdHash(std::string_view id) {
     h ^= c;
     h *= 0x100000001b3ull;
   }
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
+  h = base::SplitMix64(h);
   return h == 0 ? 1 : h;
 }
 

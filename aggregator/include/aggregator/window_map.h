@@ -19,19 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/hash.h"
+
 namespace tally::aggregator {
 
 // Hashes of the window keys: a uint64_t entity id, or a pair of them (edges).
 struct WindowKeyHash {
-  static uint64_t Mix(uint64_t h) {
-    // splitmix64's finalizer: consecutive ids spread over the whole index.
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-    return h;
-  }
+  // Consecutive ids spread over the whole index.
+  static uint64_t Mix(uint64_t h) { return base::SplitMix64(h); }
   uint64_t operator()(uint64_t k) const { return Mix(k); }
   uint64_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
     return Mix(k.first ^ Mix(k.second + 0x9e3779b97f4a7c15ULL));
