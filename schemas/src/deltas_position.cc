@@ -1,6 +1,7 @@
 #include "schemas/deltas_position.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>  // format_to_n is compiled here, not taken from libfmt
 
 #include <charconv>
 
