@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <syslog.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "base/kafka.h"
 #include "base/log.h"
@@ -86,6 +89,9 @@ struct EmbeddedBroker::Rep {
   std::string bootstrap;
   std::string incarnation;
   bool up = false;  // Start() completed
+  // Heap taken before the mock cluster is made, held while it lives (see
+  // Start): about 2 MiB.
+  std::vector<std::unique_ptr<char[]>> ballast;
 
   ~Rep() { Stop(); }
 
@@ -149,6 +155,26 @@ base::Result<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   // and the broker can then no longer be stopped: SIGTERM or SIGUSR1 could
   // land on it. It is started with every signal blocked, as librdkafka
   // starts its client threads; the process's handlers run elsewhere.
+  //
+  // The mock's cluster id is "mockCluster" and its address. An allocator
+  // that hands out the same addresses in every process (ASan's; glibc's
+  // without ASLR) would give a restarted broker the id of the one before,
+  // and its clients could not tell that the log behind the address is new:
+  // librdkafka reports a changed cluster id, and the applier stops on that
+  // report before it reads anything of a new log. A random amount of heap,
+  // in every size class, taken first puts the cluster somewhere else.
+  {
+    // Sizes 1/8 apart, finer than an allocator's size classes, up to 8 KiB
+    // (the cluster's own record is a few KiB), 0-63 blocks of each: two
+    // brokers pick the same count for its class once in 64 starts, and then
+    // the applier still stops at the first offset the new log lacks.
+    // About 2 MiB in all.
+    std::random_device rd;
+    for (size_t size = 16; size <= (size_t{1} << 13); size += std::max<size_t>(size / 8, 16)) {
+      for (unsigned n = rd() % 64; n > 0; n--)
+        rep->ballast.push_back(std::make_unique<char[]>(size));
+    }
+  }
   {
     sigset_t all, old;
     sigfillset(&all);
