@@ -7,6 +7,7 @@
 #include "mock_kafka.h"
 #include "store/state_store.h"
 #include "test_state.h"
+#include "watermark_fixture.h"
 
 namespace tally::query {
 namespace {
@@ -57,28 +58,13 @@ TEST(AdvanceVisibilityTest, DerivedEffectsWaitForTheEndSeenWhenTheRecordShowed) 
 }
 
 // Against a broker and a real store, as WatermarkSourceTest.
-class VisibilityWaiterTest : public ::testing::Test {
+class VisibilityWaiterTest : public testing::WatermarkFixture {
  protected:
   void SetUp() override {
-    kafka_.CreateTopic("tally.events", 2);
-    kafka_.CreateTopic("tally.deltas", testing::kTestPartitions);
-    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-    WatermarkOptions o;
-    o.kafka.brokers = kafka_.brokers();
-    o.kafka.embedded = true;
-    o.kafka.overrides = {{"log_level", "0"}};
-    auto w = WatermarkSource::Create(o, store_.get());
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    source_ = std::move(w).value();
+    WatermarkFixture::SetUp();
     waiter_ = std::make_unique<VisibilityWaiter>(source_.get(), "tally.events", "tally.deltas");
   }
 
-  testing::TempDir dir_;
-  testing::MockKafka kafka_;
-  std::unique_ptr<store::StateStore> store_;
-  std::unique_ptr<WatermarkSource> source_;
   std::unique_ptr<VisibilityWaiter> waiter_;
 };
 

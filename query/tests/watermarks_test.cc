@@ -10,6 +10,7 @@
 #include "query/query_service.h"
 #include "store/state_store.h"
 #include "test_state.h"
+#include "watermark_fixture.h"
 
 namespace tally::query {
 namespace {
@@ -202,40 +203,7 @@ TEST_F(BuildWatermarkReportTest, MismatchedPartitionCountsAreRejected) {
 
 // Against a broker: the router's committed offsets and the topics' ends come
 // from Kafka, progress from a real store.
-class WatermarkSourceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    kafka_.CreateTopic("tally.events", 2);
-    kafka_.CreateTopic("tally.deltas", testing::kTestPartitions);
-    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-
-    WatermarkOptions o;
-    o.kafka.brokers = kafka_.brokers();
-    o.kafka.embedded = true;
-    o.kafka.overrides = {{"log_level", "0"}};
-    auto w = WatermarkSource::Create(o, store_.get());
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    source_ = std::move(w).value();
-  }
-
-  void SetProgress(uint32_t partition, int64_t next, int64_t max_ts,
-                   std::map<SourceStream, SourceMark> marks) {
-    store::PartitionBatch b;
-    Progress p;
-    p.next_deltas_offset = next;
-    p.max_event_ts = max_ts;
-    p.marks = std::move(marks);
-    b.SetProgress(p);
-    ASSERT_TRUE(store_->partition(partition)->Commit(&b).ok());
-  }
-
-  testing::TempDir dir_;
-  testing::MockKafka kafka_;
-  std::unique_ptr<store::StateStore> store_;
-  std::unique_ptr<WatermarkSource> source_;
-};
+class WatermarkSourceTest : public testing::WatermarkFixture {};
 
 TEST_F(WatermarkSourceTest, ReportsLagUntilEverythingIsAppliedAndServesExactJson) {
   kafka_.Produce("tally.events", 0, 5);
