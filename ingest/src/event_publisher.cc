@@ -40,10 +40,15 @@ struct SyncTag {
 };
 
 // Kafka's "try again later" answers that KafkaStatus() does not (yet) map to
-// Unavailable: a message that timed out never reached a broker in time.
+// Unavailable: a message that timed out never reached a broker in time, and
+// one purged by Abort() (a stop that could not wait) may or may not have:
+// for an HTTP client both are 503 outcome_unknown, to be retried.
 base::Status DeliveryStatus(rd_kafka_resp_err_t err, std::string_view context) {
   base::Status st = base::KafkaStatus(err, context);
-  if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT) return base::Status::Unavailable(st.message());
+  if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT || err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+      err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+    return base::Status::Unavailable(st.message());
+  }
   return st;
 }
 
