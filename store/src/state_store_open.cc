@@ -1,0 +1,404 @@
+// Opening a state directory: its TALLY file (format, partition count,
+// cluster), the RocksDB options every partition shares, and the partitions,
+// opened concurrently.
+#include <fmt/core.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/sst_file_manager.h>
+#include <rocksdb/table.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "base/log.h"
+#include "counter_cache.h"
+#include "counter_merge.h"
+#include "fault_file_system.h"
+#include "info_log.h"
+#include "keys.h"
+#include "sorted_runs_rep.h"
+#include "state_store_impl.h"
+#include "store/state_store.h"
+#include "write_health.h"
+
+namespace tally::store {
+
+namespace fs = std::filesystem;
+using base::Result;
+using base::Status;
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kMetaFile = "TALLY";
+// Partitions opened at once by StateStore::Open.
+constexpr uint32_t kOpenThreads = 8;
+
+// Drops notice-read and user red-dot records whose last touch (event time)
+// is older than the inactivity horizon: such users then read as new users.
+// Drops event id records older than the dedup horizon.
+// Merge operands are judged one by one: both fields of these records are
+// "set" or "max" operations stamped with the event time, so an operand that
+// is older than the horizon is dominated by any newer one, and dropping it
+// changes nothing unless every operand (and the base value) is old.
+class InactivePurgeFilter : public rocksdb::CompactionFilter {
+ public:
+  InactivePurgeFilter(int64_t inactive_ms, int64_t dedup_ms, std::function<int64_t()> now)
+      : inactive_ms_(inactive_ms), dedup_ms_(dedup_ms), now_(std::move(now)) {}
+  const char* Name() const override { return "tally.InactivePurge"; }
+  Decision FilterV2(int, const rocksdb::Slice& key, ValueType type, const rocksdb::Slice& value,
+                    std::string*, std::string*) const override {
+    if (key.size() == 0) return Decision::kKeep;
+    char kind = key[0];
+    if (kind == static_cast<char>(RecordKind::kEventId)) {
+      // An event id is remembered for --dedup-hours of its event time.
+      size_t pos = 0;
+      uint64_t ts = 0;
+      std::string_view v(value.data(), value.size());
+      if (type != ValueType::kValue || dedup_ms_ <= 0 || !GetVarint64(v, &pos, &ts))
+        return Decision::kKeep;
+      return static_cast<int64_t>(ts) < now_() - dedup_ms_ ? Decision::kRemove : Decision::kKeep;
+    }
+    if (inactive_ms_ <= 0) return Decision::kKeep;
+    if (kind != static_cast<char>(RecordKind::kNoticeRead) &&
+        kind != static_cast<char>(RecordKind::kUserRedDot)) {
+      return Decision::kKeep;
+    }
+    int64_t touched;
+    std::string_view v(value.data(), value.size());
+    if (type == ValueType::kValue) {
+      int64_t c[2];
+      if (!DecodeCounters(v, c, 2)) return Decision::kKeep;
+      touched = c[1];
+    } else if (type == ValueType::kMergeOperand) {
+      CounterOp ops[2];
+      if (!DecodeCounterOps(v, ops, 2)) return Decision::kKeep;
+      touched = ops[1].floor;
+    } else {
+      return Decision::kKeep;
+    }
+    return touched < now_() - inactive_ms_ ? Decision::kRemove : Decision::kKeep;
+  }
+
+ private:
+  int64_t inactive_ms_;
+  int64_t dedup_ms_;
+  std::function<int64_t()> now_;
+};
+
+Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::string& cluster) {
+  nlohmann::json j = {{"format", kFormatVersion}, {"partitions", partitions}, {"cluster", cluster}};
+  std::string tmp = dir + "/" + kMetaFile + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(2) << "\n";
+    f.flush();
+    if (!f) return Status::IOError(fmt::format("writing {}", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir + "/" + kMetaFile, ec);
+  if (ec) return Status::IOError(fmt::format("renaming {}: {}", tmp, ec.message()));
+  return Status::Ok();
+}
+
+// True when `dir` holds nothing but partition-NNN directories: empty, or a
+// state whose creation stopped before its TALLY file was written (its
+// partitions hold nothing yet, as no writer got the store before TALLY).
+bool HoldsOnlyPartitionDirs(const std::string& dir, const std::vector<std::string>& side_files) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (std::find(side_files.begin(), side_files.end(), name) != side_files.end()) continue;
+    if (!it->is_directory(ec) || name.size() < 13 || name.rfind("partition-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 10) != std::string::npos) {
+      return false;
+    }
+  }
+  return !ec;
+}
+
+Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* cluster) {
+  std::string path = dir + "/" + kMetaFile;
+  std::ifstream f(path);
+  if (!f) return Status::NotFound(fmt::format("{} does not exist", path));
+  try {
+    nlohmann::json j = nlohmann::json::parse(f);
+    if (!j.is_object() || !j.contains("format") || !j.contains("partitions")) {
+      return Status::Corruption(fmt::format("{}: not a tally state file", path));
+    }
+    if (j["format"].get<int>() != kFormatVersion) {
+      return Status::Corruption(fmt::format("{}: unsupported format {}", path, j["format"].dump()));
+    }
+    *partitions = j["partitions"].get<uint32_t>();
+    *cluster = j.value("cluster", "");
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(fmt::format("{}: {}", path, e.what()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> StateStore::PeekRecordedCluster(const std::string& dir) {
+  uint32_t partitions = 0;
+  std::string cluster;
+  TALLY_RETURN_IF_ERROR(ReadMetaFile(dir, &partitions, &cluster));
+  return cluster;
+}
+
+Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options) {
+  if (options.partitions > 4096) {
+    return Status::InvalidArgument(
+        fmt::format("partition count {} out of range 1..4096", options.partitions));
+  }
+  auto rep = std::make_unique<Rep>();
+  rep->options = options;
+  std::error_code ec;
+  const std::string& dir = options.dir;
+  uint32_t recorded_partitions = 0;
+  // A new state: its partitions are created, then TALLY is written.
+  bool create_meta = false;
+  Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
+  if (meta.code() == base::StatusCode::kNotFound) {
+    if (options.partitions == 0) {
+      return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
+    }
+    if (options.read_only) {
+      return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
+    }
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+      return Status::FailedPrecondition(fmt::format("{} is not a directory", dir));
+    }
+    if (fs::exists(dir, ec) && !HoldsOnlyPartitionDirs(dir, options.side_files)) {
+      return Status::FailedPrecondition(
+          fmt::format("{} is not empty and is not a tally state directory (no TALLY file)", dir));
+    }
+    fs::create_directories(dir, ec);
+    if (ec) return Status::IOError(fmt::format("creating {}: {}", dir, ec.message()));
+    // TALLY is written once every partition exists (below): a reader that
+    // sees it can open them all.
+    create_meta = true;
+    recorded_partitions = options.partitions;
+  } else if (!meta.ok()) {
+    return meta;
+  }
+  if (options.partitions == 0) {
+    rep->options.partitions = recorded_partitions;  // "as recorded"
+  } else if (recorded_partitions != options.partitions) {
+    return Status::InvalidArgument(fmt::format(
+        "{} was built with {} partitions, but tally.deltas has {}; use a fresh --state-dir", dir,
+        recorded_partitions, options.partitions));
+  }
+
+  rocksdb::Options db_options;
+  // Only a state created just now gets new databases: in an existing one, a
+  // missing partition is damage to report, never an empty partition to
+  // count from (that would serve wrong counts silently).
+  db_options.create_if_missing = !options.read_only && create_meta;
+  // A record torn by a crash at the end of the WAL is dropped (it was never
+  // acknowledged); a damaged record anywhere else fails the open instead of
+  // silently dropping everything after it.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+  db_options.merge_operator = std::make_shared<CounterMergeOperator>();
+  db_options.write_buffer_size = options.write_buffer_bytes;
+  db_options.max_write_buffer_number = 3;
+  db_options.max_background_jobs = 2;
+  db_options.bytes_per_sync = 1 << 20;
+  db_options.level_compaction_dynamic_level_bytes = true;
+  db_options.keep_log_file_num = 2;
+  // RocksDB reserves 4 MiB for every new MANIFEST (fallocate), which a file
+  // of a few KiB never uses: 64 MiB of a disk for 16 partitions, counted as
+  // used by the free-space reserve.
+  db_options.manifest_preallocation_size = 64 << 10;
+  db_options.max_log_file_size = 4 << 20;
+  // Point reads (a feed's followee counts are thousands of them) skip the
+  // memtables that do not hold the key.
+  db_options.memtable_whole_key_filtering = true;
+  db_options.memtable_prefix_bloom_size_ratio = 0.05;
+  if (options.memtable == StoreOptions::Memtable::kSortedRuns) {
+    db_options.memtable_factory = std::make_shared<SortedRunsRepFactory>();
+    db_options.allow_concurrent_memtable_write = false;  // one writer a partition anyway
+  }
+  db_options.compression = rocksdb::kLZ4Compression;
+  db_options.bottommost_compression = rocksdb::kZSTD;
+  db_options.env = rocksdb::Env::Default();
+  if (!options.fault_file.empty()) {
+    rep->fault_env = rocksdb::NewCompositeEnv(
+        std::make_shared<FaultFileSystem>(rocksdb::FileSystem::Default(), options.fault_file));
+    db_options.env = rep->fault_env.get();
+    TALLY_LOG_WARN("store",
+                   "fault injection armed: every RocksDB write under {} fails while {} exists", dir,
+                   options.fault_file);
+  }
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.format_version = 5;
+  // Point lookups find their key in a block by hash, not binary search.
+  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table.data_block_hash_table_util_ratio = 0.75;
+  db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  std::function<int64_t()> now = options.now_ms;
+  if (!now) {
+    now = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  rep->purge = std::make_unique<InactivePurgeFilter>(
+      options.inactive_days * 86400000LL, options.dedup_hours * 3600000LL, std::move(now));
+  db_options.compaction_filter = rep->purge.get();
+  // Every partition shares the flush/compaction threads of one Env.
+  db_options.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
+  db_options.env->SetBackgroundThreads(1, rocksdb::Env::HIGH);
+  // RocksDB starts and joins this many threads to load table handlers on
+  // every open (15 per partition with the default 16, even for an empty
+  // one); partitions already open concurrently (kOpenThreads).
+  db_options.max_file_opening_threads = 2;
+
+  if (options.read_only) {
+    db_options.max_open_files = -1;  // required by secondary instances
+    // Each catch-up loads the handlers of new tables; with the default 16
+    // threads RocksDB starts and joins that many threads every time.
+    db_options.max_file_opening_threads = 1;
+    std::random_device rd;
+    rep->secondary_dir = fmt::format("{}/tally-secondary-{}-{:x}",
+                                     fs::temp_directory_path().string(), ::getpid(), rd());
+    fs::create_directories(rep->secondary_dir, ec);
+    if (ec)
+      return Status::IOError(fmt::format("creating {}: {}", rep->secondary_dir, ec.message()));
+  }
+
+  rep->db_options = db_options;
+  // Only the writer's process can keep a read cache exact: it sees every
+  // commit. A secondary learns of them only as RocksDB files.
+  if (!options.read_only && options.read_cache_bytes > 0) {
+    rep->cache = std::make_unique<CounterCache>(options.read_cache_bytes);
+  }
+  // Partitions open concurrently: an open is mostly waiting (creating a
+  // database syncs its MANIFEST, CURRENT, OPTIONS and directory; reopening
+  // one replays its WAL), and one at a time 16 new partitions took 280 ms of
+  // every fresh start here.
+  const uint32_t n = rep->options.partitions;
+  // Writable partitions: RocksDB's info log written so that a full disk
+  // drops lines instead of aborting (info_log.h); RocksDB's recovery from a
+  // full disk driven by an SstFileManager of their own (each polls the free
+  // space and resumes its database; one shared by all would resume them one
+  // at a time, 5 s apart), with the reserve as compaction headroom; and a
+  // listener that tells WriteProblem() why writes stopped.
+  std::vector<std::shared_ptr<rocksdb::Logger>> info_logs(n);
+  std::vector<std::shared_ptr<rocksdb::SstFileManager>> file_managers(n);
+  std::vector<std::shared_ptr<WriteHealth>> healths(n);
+  if (!options.read_only) {
+    rep->reserve = std::make_unique<DiskReserve>(dir, options.min_free_bytes, options.free_bytes);
+    for (uint32_t i = 0; i < n; i++) {
+      info_logs[i] = std::make_shared<InfoLog>(dir + "/" + PartitionDirName(i) + "/LOG", 4 << 20);
+      file_managers[i].reset(rocksdb::NewSstFileManager(db_options.env, info_logs[i]));
+      file_managers[i]->SetCompactionBufferSize(options.min_free_bytes);
+      healths[i] = std::make_shared<WriteHealth>(i);
+    }
+  }
+  // Partitions fill at about the same rate: with equal memtables they would
+  // all flush within a second or two, and that burst (a core busy building
+  // tables, then level-0 compactions) is what a reader waiting for fresh
+  // counts saw as its worst latency. Memtable sizes from 0.5x to 1.5x the
+  // configured one (the same total) spread the flushes out.
+  auto partition_options = [&](uint32_t i) {
+    rocksdb::Options o = db_options;
+    o.write_buffer_size =
+        static_cast<size_t>(static_cast<double>(db_options.write_buffer_size) *
+                            (0.5 + (static_cast<double>(i) + 0.5) / static_cast<double>(n)));
+    if (!options.read_only) {
+      o.info_log = info_logs[i];
+      o.sst_file_manager = file_managers[i];
+      o.listeners.push_back(healths[i]);
+    }
+    return o;
+  };
+  std::vector<rocksdb::DB*> raws(n, nullptr);
+  std::vector<rocksdb::Status> opened(n);
+  std::vector<std::string> currents(n);
+  std::atomic<uint32_t> next{0};
+  auto open_some = [&] {
+    for (uint32_t i; (i = next.fetch_add(1)) < n;) {
+      std::string path = dir + "/" + PartitionDirName(i);
+      if (options.read_only) {
+        currents[i] = ReadCurrentFile(path);
+        opened[i] = rocksdb::DB::OpenAsSecondary(
+            partition_options(i), path, rep->secondary_dir + "/" + PartitionDirName(i) + ".0",
+            &raws[i]);
+      } else {
+        opened[i] = rocksdb::DB::Open(partition_options(i), path, &raws[i]);
+      }
+    }
+  };
+  {
+    std::vector<std::thread> openers;
+    for (uint32_t t = 1; t < std::min<uint32_t>(n, kOpenThreads); t++)
+      openers.emplace_back(open_some);
+    open_some();
+    for (auto& t : openers) t.join();
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (opened[i].ok()) continue;
+    for (rocksdb::DB* db : raws) delete db;  // the ones that did open; null otherwise
+    // Opening writes (a MANIFEST, an OPTIONS file, a WAL): on a full disk
+    // say that first, and what to do.
+    if (rep->reserve != nullptr) {
+      if (Status full = rep->reserve->Check(); !full.ok() || opened[i].IsNoSpace()) {
+        return Status::ResourceExhausted(
+            fmt::format("cannot open {}/{}: {}; free space on that disk and start again", dir,
+                        PartitionDirName(i), full.ok() ? opened[i].ToString() : full.message()));
+      }
+    }
+    return FromRocks(opened[i], fmt::format("opening {}/{}", dir, PartitionDirName(i)));
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    std::string path = dir + "/" + PartitionDirName(i);
+    auto prep = std::make_unique<Partition::Rep>();
+    prep->db.store(std::shared_ptr<rocksdb::DB>(raws[i]));
+    prep->read_only = options.read_only;
+    prep->write_options.sync = options.sync_writes;
+    prep->path = path;
+    prep->options = partition_options(i);
+    prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
+    prep->current = std::move(currents[i]);
+    prep->cache = rep->cache.get();
+    TALLY_RETURN_IF_ERROR(prep->LoadNoticeIds(raws[i], i));
+    prep->health = healths[i];
+    prep->reserve = rep->reserve.get();
+    rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
+  }
+  if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
+  TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
+                 options.read_only ? ", read-only" : "",
+                 rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);
+  if (rep->reserve != nullptr) {
+    if (Status full = rep->reserve->Check(); !full.ok()) {
+      TALLY_LOG_WARN("store", "{}: reads are served, applying waits", full.message());
+    }
+  }
+  return std::unique_ptr<StateStore>(new StateStore(std::move(rep)));
+}
+
+Status StateStore::RecordCluster(const std::string& identity) {
+  if (rep_->options.read_only) return Status::FailedPrecondition("store is read-only");
+  TALLY_RETURN_IF_ERROR(WriteMetaFile(rep_->options.dir, partitions(), identity));
+  rep_->cluster = identity;
+  return Status::Ok();
+}
+
+}  // namespace tally::store

@@ -1,0 +1,355 @@
+// StateStore's reads: counter records through the read cache and one
+// MultiGet per partition, edges, feed snapshots, the viewed filters and the
+// unread view of a user.
+#include <fmt/core.h>
+#include <rocksdb/db.h>
+#include <rocksdb/iterator.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "counter_cache.h"
+#include "keys.h"
+#include "state_store_impl.h"
+#include "store/state_store.h"
+
+namespace tally::store {
+
+using base::Result;
+using base::Status;
+
+namespace {
+// For error messages.
+const char* CounterKindName(char kind) {
+  switch (static_cast<RecordKind>(kind)) {
+    case RecordKind::kPostCounters:
+      return "post counters";
+    case RecordKind::kUserCounters:
+      return "user counters";
+    case RecordKind::kUnreadCounters:
+      return "unread counters";
+    default:
+      return "counters";
+  }
+}
+}  // namespace
+
+Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
+                                    const std::function<void(size_t, const int64_t*)>& fill) const {
+  const uint32_t n = partitions();
+  CounterCache* cache = rep_->cache.get();
+  int64_t v[8];
+  // What the cache does not hold, as (partition, index in ids, lease), in
+  // partition order for one MultiGet each.
+  struct Miss {
+    uint32_t partition;
+    uint32_t index;
+    uint64_t lease;
+  };
+  std::vector<Miss> misses;  // no allocation when everything is cached
+  for (size_t i = 0; i < ids.size(); i++) {
+    uint64_t lease = 0;
+    if (cache != nullptr && cache->Lookup(kind, ids[i], v, nfields, &lease)) {
+      fill(i, v);
+      continue;
+    }
+    misses.push_back(Miss{schemas::PartitionOf(ids[i], n), static_cast<uint32_t>(i), lease});
+  }
+  if (misses.empty()) return Status::Ok();
+  std::sort(misses.begin(), misses.end(),
+            [](const Miss& a, const Miss& b) { return a.partition < b.partition; });
+  std::vector<std::string> keys(misses.size());
+  std::vector<rocksdb::Slice> slices(misses.size());
+  std::vector<rocksdb::PinnableSlice> values(misses.size());
+  std::vector<rocksdb::Status> statuses(misses.size());
+  for (size_t k = 0; k < misses.size(); k++) {
+    EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
+    slices[k] = keys[k];
+  }
+  for (size_t begin = 0, end = 0; begin < misses.size(); begin = end) {
+    const uint32_t p = misses[begin].partition;
+    for (end = begin; end < misses.size() && misses[end].partition == p; end++) {
+    }
+    std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
+    rocksdb::DB* db = db_ref.get();
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin,
+                 slices.data() + begin, values.data() + begin, statuses.data() + begin);
+  }
+  for (size_t k = 0; k < misses.size(); k++) {
+    const uint64_t id = ids[misses[k].index];
+    if (statuses[k].IsNotFound()) {
+      std::fill(v, v + nfields, 0);
+    } else if (!statuses[k].ok()) {
+      return FromRocks(statuses[k], fmt::format("reading the {} of {}", CounterKindName(kind), id));
+    } else if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
+      return Status::Corruption(
+          fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
+    }
+    if (cache != nullptr) cache->Fill(kind, id, v, nfields, misses[k].lease);
+    fill(misses[k].index, v);
+  }
+  return Status::Ok();
+}
+
+Status StateStore::GetPostCounts(std::span<const uint64_t> ids,
+                                 std::vector<PostCounts>* out) const {
+  out->assign(ids.size(), PostCounts());
+  for (size_t i = 0; i < ids.size(); i++) (*out)[i].post_id = ids[i];
+  return MultiGetCounters(static_cast<char>(RecordKind::kPostCounters), schemas::kPostFieldCount,
+                          ids, [out](size_t i, const int64_t* v) {
+                            PostCounts& pc = (*out)[i];
+                            pc.like = v[0];
+                            pc.repost = v[1];
+                            pc.comment = v[2];
+                            pc.view = v[3];
+                          });
+}
+
+namespace {
+// An iterator over the records under `prefix`, positioned at the first.
+// Bounded, so a scan stops at the prefix's last record instead of stepping
+// into the next one in every memtable and level.
+class PrefixScan {
+ public:
+  PrefixScan(rocksdb::DB* db, std::string_view prefix) : prefix_(prefix), upper_(prefix) {
+    // The upper bound: the prefix with its last byte below 0xff incremented.
+    int i = static_cast<int>(upper_.size()) - 1;
+    while (i >= 0 && static_cast<uint8_t>(upper_[i]) == 0xff) i--;
+    rocksdb::ReadOptions ro;
+    if (i >= 0) {
+      upper_.resize(static_cast<size_t>(i) + 1);
+      upper_[i] = static_cast<char>(static_cast<uint8_t>(upper_[i]) + 1);
+      bound_ = upper_;
+      ro.iterate_upper_bound = &bound_;
+    }
+    it_.reset(db->NewIterator(ro));
+    it_->Seek(prefix_);
+  }
+  PrefixScan(const PrefixScan&) = delete;  // it_ points into upper_
+  PrefixScan& operator=(const PrefixScan&) = delete;
+  bool Valid() const { return it_->Valid() && it_->key().starts_with(prefix_); }
+  void Next() { it_->Next(); }
+  rocksdb::Slice key() const { return it_->key(); }
+  rocksdb::Slice value() const { return it_->value(); }
+  rocksdb::Status status() const { return it_->status(); }
+
+ private:
+  std::string prefix_, upper_;
+  rocksdb::Slice bound_;  // into upper_; outlives it_, which points at it
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+// Reads a counter record of a kind the read cache does not hold (counter
+// records go through MultiGetCounters) into v[0..n); zeros if there is
+// none. *found, when given, says whether there was one.
+Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, int n,
+                    const char* what, bool* found = nullptr) {
+  std::string key;
+  EncodeKey(kind, id, &key);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
+  for (int i = 0; i < n; i++) v[i] = 0;
+  if (found) *found = s.ok();
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, fmt::format("reading {} {}", what, id));
+  if (s.ok() && !DecodeCounters(std::string_view(value.data(), value.size()), v, n)) {
+    return Status::Corruption(fmt::format("{} {}: counter record does not decode", what, id));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
+  UserCounts uc;
+  uc.user_id = user_id;
+  TALLY_RETURN_IF_ERROR(
+      MultiGetCounters(static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount,
+                       std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
+                         uc.posts = v[0];
+                         uc.followers = v[1];
+                         uc.following = v[2];
+                       }));
+  return uc;
+}
+
+Result<UnreadCounters> StateStore::GetUnreadCounters(uint64_t user_id) const {
+  UnreadCounters uc;
+  TALLY_RETURN_IF_ERROR(
+      MultiGetCounters(static_cast<char>(RecordKind::kUnreadCounters), schemas::kUnreadCounterKinds,
+                       std::span<const uint64_t>(&user_id, 1), [&uc](size_t, const int64_t* v) {
+                         std::copy(v, v + schemas::kUnreadCounterKinds, uc.counts);
+                       }));
+  return uc;
+}
+
+Result<bool> StateStore::IsLiked(uint64_t post_id, uint64_t user_id) const {
+  return rep_->partitions[schemas::PartitionOf(post_id, partitions())]->HasLike(post_id, user_id);
+}
+
+Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
+  std::string prefix;
+  EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
+  rocksdb::DB* db = db_ref.get();
+  PrefixScan it(db, prefix);
+  std::vector<uint64_t> out;
+  for (; it.Valid(); it.Next()) {
+    if (it.key().size() != prefix.size() + 8) {
+      return Status::Corruption(fmt::format("user {}: malformed follow edge key", user_id));
+    }
+    out.push_back(DecodeBigEndian64(it.key().data() + prefix.size()));
+  }
+  if (!it.status().ok())
+    return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
+  return out;
+}
+
+Result<uint64_t> StateStore::NewestNoticeId() const {
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  return ids->empty() ? 0 : ids->back();
+}
+
+Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
+  std::shared_ptr<rocksdb::DB> udb = rep_->DbOf(user_id);
+  int64_t read[2];
+  bool has_read = false;
+  TALLY_RETURN_IF_ERROR(ReadCounters(udb.get(), RecordKind::kNoticeRead, user_id, read, 2,
+                                     "notice read of user", &has_read));
+  if (!has_read) return 0;
+  // Every notice in the list with an id above the last read one, whenever
+  // it arrived: the list is a set of ids, not a sequence.
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  return static_cast<int64_t>(
+      ids->end() - std::upper_bound(ids->begin(), ids->end(), static_cast<uint64_t>(read[0])));
+}
+
+Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
+  UnreadView view;
+  auto counters = GetUnreadCounters(user_id);
+  if (!counters.ok()) return counters.status();
+  view.counters = *counters;
+  std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
+  rocksdb::DB* udb = udb_ref.get();
+  std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
+  rocksdb::DB* gdb = gdb_ref.get();
+
+  auto notice = GetNoticeUnread(user_id);
+  if (!notice.ok()) return notice.status();
+  view.notice = *notice;
+
+  // Red dots: every channel with a global time; shown when the user's click is older or absent.
+  std::map<std::string, int64_t> mine;
+  {
+    std::string prefix;
+    EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
+    PrefixScan it(udb, prefix);
+    for (; it.Valid(); it.Next()) {
+      int64_t v[2];
+      if (!DecodeCounters(std::string_view(it.value().data(), it.value().size()), v, 2)) {
+        return Status::Corruption("user red dot does not decode");
+      }
+      mine[std::string(it.key().data() + prefix.size(), it.key().size() - prefix.size())] = v[0];
+    }
+    if (!it.status().ok()) return FromRocks(it.status(), "listing red dots");
+  }
+  {
+    CounterCache* cache = rep_->cache.get();
+    uint64_t lease = 0;
+    std::shared_ptr<const CounterCache::RedDots> dots;
+    if (cache != nullptr) dots = cache->LookupRedDots(&lease);
+    if (dots == nullptr) {
+      auto read = std::make_shared<CounterCache::RedDots>();
+      std::string prefix(1, static_cast<char>(RecordKind::kRedDot));
+      std::unique_ptr<rocksdb::Iterator> it(gdb->NewIterator(rocksdb::ReadOptions()));
+      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+        int64_t v[1];
+        if (!DecodeCounters(std::string_view(it->value().data(), it->value().size()), v, 1)) {
+          return Status::Corruption("red dot does not decode");
+        }
+        read->emplace_back(std::string(it->key().data() + 1, it->key().size() - 1), v[0]);
+      }
+      if (!it->status().ok()) return FromRocks(it->status(), "listing red dots");
+      if (cache != nullptr) cache->FillRedDots(read, lease);
+      dots = std::move(read);
+    }
+    for (const auto& [channel, dot_ts] : *dots) {
+      auto m = mine.find(channel);
+      view.red_dots.emplace_back(channel, m == mine.end() || m->second < dot_ts);
+    }
+  }
+
+  // Feed: sum over followees in both the snapshot and the current set.
+  auto snap = GetFeedSnapshot(user_id);
+  if (!snap.ok()) return snap.status();
+  if (snap->exists && !snap->followees.empty()) {
+    auto now = CurrentFolloweePosts(user_id);
+    if (!now.ok()) return now.status();
+    size_t i = 0, j = 0;
+    const auto& a = snap->followees;
+    const auto& b = *now;
+    while (i < a.size() && j < b.size()) {
+      if (a[i].first < b[j].first) {
+        i++;
+      } else if (b[j].first < a[i].first) {
+        j++;
+      } else {
+        if (b[j].second > a[i].second) view.feed += static_cast<int64_t>(b[j].second - a[i].second);
+        i++;
+        j++;
+      }
+    }
+  }
+  return view;
+}
+
+Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
+  std::string key;
+  EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
+  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
+  rocksdb::DB* db = db_ref.get();
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
+  FeedSnapshot snap;
+  if (s.IsNotFound()) return snap;
+  if (!s.ok()) return FromRocks(s, fmt::format("reading feed snapshot of {}", user_id));
+  if (!DecodeSnapshot(std::string_view(value.data(), value.size()), &snap)) {
+    return Status::Corruption(fmt::format("user {}: feed snapshot does not decode", user_id));
+  }
+  return snap;
+}
+
+Result<std::vector<std::pair<uint64_t, uint64_t>>> StateStore::CurrentFolloweePosts(
+    uint64_t user_id) const {
+  auto followees = GetFollowees(user_id);
+  if (!followees.ok()) return followees.status();
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(followees->size());
+  for (uint64_t f : *followees) out.emplace_back(f, 0);
+  TALLY_RETURN_IF_ERROR(MultiGetCounters(
+      static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount, *followees,
+      [&out](size_t i, const int64_t* v) { out[i].second = static_cast<uint64_t>(v[0]); }));
+  return out;
+}
+
+Result<bool> StateStore::MaybeViewed(uint64_t post_id, uint64_t user_id) const {
+  Partition* p = rep_->partitions[schemas::PartitionOf(post_id, partitions())].get();
+  auto tables = p->LoadViewedTables(rep_->options.viewed);
+  if (!tables.ok()) return tables.status();
+  ViewProbe probe;
+  if (!tables->Locate(post_id, user_id, &probe)) return false;
+  std::string key;
+  EncodeViewChunkKey(probe.table_id, probe.chunk, &key);
+  rocksdb::PinnableSlice chunk;
+  std::shared_ptr<rocksdb::DB> db = p->rep_->db.load();
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &chunk);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, "reading viewed chunk");
+  return ViewedTables::TestBits(probe, std::string_view(chunk.data(), chunk.size()));
+}
+
+}  // namespace tally::store
