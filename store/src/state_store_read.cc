@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "keys.h"
 #include "state_store_impl.h"
 #include "store/state_store.h"
+#include "unread_math.h"
 
 namespace tally::store {
 
@@ -220,12 +222,9 @@ Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
   bool has_read = false;
   TALLY_RETURN_IF_ERROR(ReadCounters(udb.get(), RecordKind::kNoticeRead, user_id, read, 2,
                                      "notice read of user", &has_read));
-  if (!has_read) return 0;
-  // Every notice in the list with an id above the last read one, whenever
-  // it arrived: the list is a set of ids, not a sequence.
   std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
-  return static_cast<int64_t>(
-      ids->end() - std::upper_bound(ids->begin(), ids->end(), static_cast<uint64_t>(read[0])));
+  return NoticesAbove(
+      *ids, has_read ? std::optional<uint64_t>(static_cast<uint64_t>(read[0])) : std::nullopt);
 }
 
 Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
@@ -242,7 +241,8 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   if (!notice.ok()) return notice.status();
   view.notice = *notice;
 
-  // Red dots: every channel with a global time; shown when the user's click is older or absent.
+  // Red dots: the user's click times, then the global times (the read cache
+  // holds those), which decide together (RedDotsShown).
   std::map<std::string, int64_t> mine;
   {
     std::string prefix;
@@ -277,32 +277,17 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
       if (cache != nullptr) cache->FillRedDots(read, lease);
       dots = std::move(read);
     }
-    for (const auto& [channel, dot_ts] : *dots) {
-      auto m = mine.find(channel);
-      view.red_dots.emplace_back(channel, m == mine.end() || m->second < dot_ts);
-    }
+    view.red_dots = RedDotsShown(*dots, mine);
   }
 
-  // Feed: sum over followees in both the snapshot and the current set.
+  // Feed: the current post counts are read only for a snapshot that has
+  // followees (FeedUnread of any other is 0).
   auto snap = GetFeedSnapshot(user_id);
   if (!snap.ok()) return snap.status();
   if (snap->exists && !snap->followees.empty()) {
     auto now = CurrentFolloweePosts(user_id);
     if (!now.ok()) return now.status();
-    size_t i = 0, j = 0;
-    const auto& a = snap->followees;
-    const auto& b = *now;
-    while (i < a.size() && j < b.size()) {
-      if (a[i].first < b[j].first) {
-        i++;
-      } else if (b[j].first < a[i].first) {
-        j++;
-      } else {
-        if (b[j].second > a[i].second) view.feed += static_cast<int64_t>(b[j].second - a[i].second);
-        i++;
-        j++;
-      }
-    }
+    view.feed = FeedUnread(*snap, *now);
   }
   return view;
 }
