@@ -2,7 +2,6 @@
 
 #include <fmt/compile.h>
 #include <fmt/format.h>
-#include <pthread.h>
 
 #include <array>
 #include <cassert>
@@ -14,7 +13,6 @@
 #include <utility>
 
 #include "base/clock.h"
-#include "base/log.h"
 #include "base/metrics.h"
 #include "ingest/event_publisher.h"
 #include "ingest/events_request.h"
@@ -311,22 +309,13 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
   info_body_.append("],\"state_dir\":");
   AppendJsonString(&info_body_, info.state_dir);
   fmt::format_to(std::back_inserter(info_body_), ",\"partitions\":{}}}", info.partitions);
-  if (options_.store->options().read_only) follower_ = std::thread([this] { FollowWriter(); });
   if (options_.publisher != nullptr && options_.watermarks != nullptr) {
     visibility_ = std::make_unique<VisibilityWaiter>(
         options_.watermarks, options_.publisher->topic(), options_.watermarks->deltas_topic());
   }
 }
 
-QueryService::~QueryService() {
-  visibility_.reset();
-  {
-    std::lock_guard<std::mutex> l(follow_mu_);
-    stopping_ = true;
-  }
-  follow_cv_.notify_all();
-  if (follower_.joinable()) follower_.join();
-}
+QueryService::~QueryService() { visibility_.reset(); }
 
 bool QueryService::MayBlock(std::string_view method, std::string_view target) {
   if (method == kPost) return true;  // publishes wait for the broker's acks
@@ -744,25 +733,6 @@ Response QueryService::HandleWatermarks() {
   }
   fmt::format_to(std::back_inserter(body), FMT_COMPILE("],\"lag\":{}}}"), report->lag);
   return JsonResponse(200, std::move(body));
-}
-
-void QueryService::FollowWriter() {
-  pthread_setname_np(pthread_self(), "tally-follow");
-  store::DisablePerfCounters();
-  int64_t last_warning_ms = -1000000;
-  std::unique_lock<std::mutex> l(follow_mu_);
-  while (!follow_cv_.wait_for(l, std::chrono::milliseconds(options_.catch_up_interval_ms),
-                              [this] { return stopping_; })) {
-    l.unlock();
-    base::Status st = options_.store->CatchUp();
-    const int64_t now = base::SteadyMs();
-    if (!st.ok() && now - last_warning_ms >= 10000) {
-      last_warning_ms = now;
-      TALLY_LOG_WARN("query", "catching up with the store's writer failed (answers may be stale): {}",
-                     st.ToString());
-    }
-    l.lock();
-  }
 }
 
 std::unique_ptr<ingest::EventsRequestParser> QueryService::AcquireParser() {

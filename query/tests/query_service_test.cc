@@ -409,11 +409,11 @@ TEST_F(QueryServiceTest, ConcurrentReadersSeeConsistentAnswers) {
 TEST_F(QueryServiceTest, ReadOnlyStoreFollowsItsWriter) {
   store::StoreOptions ro = testing::TestStoreOptions(dir_.path());
   ro.read_only = true;
+  ro.catch_up_interval_ms = 10;
   auto reader = store::StateStore::Open(ro);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   QueryServiceOptions o;
   o.store = reader->get();
-  o.catch_up_interval_ms = 10;
   QueryService service(std::move(o));
 
   auto counts = [&] { return service.Handle(Get("/v1/posts/7/counts")).body; };

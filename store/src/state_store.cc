@@ -1,17 +1,21 @@
-// StateStore beyond opening and reading: following a writer (CatchUp),
-// compaction, the progress of every partition, why the store does not write.
+// StateStore beyond opening and reading: following a writer (CatchUp and
+// the thread that calls it), compaction, the progress of every partition,
+// why the store does not write.
 #include "store/state_store.h"
 
 #include <fmt/core.h>
+#include <pthread.h>
 #include <rocksdb/db.h>
 #include <rocksdb/perf_level.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "keys.h"
 #include "state_store_impl.h"
@@ -48,6 +52,14 @@ void DisablePerfCounters() { rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable)
 StateStore::StateStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 
 StateStore::~StateStore() {
+  if (rep_->follower.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(rep_->follow_mu);
+      rep_->stopping = true;
+    }
+    rep_->follow_cv.notify_all();
+    rep_->follower.join();
+  }
   rep_->partitions.clear();  // closes every DB before the secondary scratch dir goes
   if (!rep_->secondary_dir.empty()) {
     std::error_code ec;
@@ -135,6 +147,26 @@ Status StateStore::CatchUp() {
     TALLY_LOG_INFO("store", "partition {}: its writer reopened the database; following it afresh", p->id());
   }
   return Status::Ok();
+}
+
+void StateStore::FollowWriter() {
+  pthread_setname_np(pthread_self(), "tally-follow");
+  DisablePerfCounters();
+  int64_t last_warning_ms = -1000000;
+  std::unique_lock<std::mutex> l(rep_->follow_mu);
+  while (!rep_->follow_cv.wait_for(l, std::chrono::milliseconds(rep_->options.catch_up_interval_ms),
+                                   [this] { return rep_->stopping; })) {
+    l.unlock();
+    Status st = CatchUp();
+    const int64_t now = base::SteadyMs();
+    if (!st.ok() && now - last_warning_ms >= 10000) {
+      last_warning_ms = now;
+      TALLY_LOG_WARN("store",
+                     "catching up with the store's writer failed (answers may be stale): {}",
+                     st.ToString());
+    }
+    l.lock();
+  }
 }
 
 Status StateStore::ResetProgress() {

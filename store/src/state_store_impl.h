@@ -7,8 +7,9 @@
 //                        follow it), Resume, a partition's point reads
 //   state_store_read.cc  StateStore's reads: counters through the read cache and
 //                        MultiGet, the unread view
-//   state_store.cc       the rest of StateStore: catch-up with a writer,
-//                        compaction, progress, write health
+//   state_store.cc       the rest of StateStore: catch-up with a writer and
+//                        the thread that runs it, compaction, progress,
+//                        write health
 //
 // Thread model: as state_store.h says of each class; each field below says
 // who changes it.
@@ -21,12 +22,14 @@
 #include <rocksdb/write_batch.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -108,13 +111,22 @@ struct StateStore::Rep {
   std::string cluster;
   std::vector<std::unique_ptr<Partition>> partitions;
   std::string secondary_dir;
-  // Serializes CatchUp(), which threads of the query tier call concurrently.
+  // Serializes CatchUp(): the follower thread below and other callers (the
+  // query tier's watermarks) catch up one at a time.
   std::mutex catch_up_mu;
   std::unique_ptr<rocksdb::CompactionFilter> purge;  // the partitions' compaction filter
   rocksdb::Options db_options;                       // kept to reopen read-only partitions
   std::unique_ptr<rocksdb::Env> fault_env;  // StoreOptions::fault_file; outlives the partitions
   std::unique_ptr<CounterCache> cache;   // StoreOptions::read_cache_bytes; outlives the partitions
   std::unique_ptr<DiskReserve> reserve;  // writable stores; outlives the partitions
+
+  // Read-only stores: the thread that calls CatchUp() every
+  // options.catch_up_interval_ms (FollowWriter), stopped and joined before
+  // the partitions close.
+  std::mutex follow_mu;
+  std::condition_variable follow_cv;
+  bool stopping = false;  // guarded by follow_mu
+  std::thread follower;
 
   // The partition of kGlobalEntity: the notice list and the red dots.
   Partition::Rep& GlobalPartition() const {

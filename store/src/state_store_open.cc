@@ -391,7 +391,12 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
       TALLY_LOG_WARN("store", "{}: reads are served, applying waits", full.message());
     }
   }
-  return std::unique_ptr<StateStore>(new StateStore(std::move(rep)));
+  std::unique_ptr<StateStore> store(new StateStore(std::move(rep)));
+  if (options.read_only) {
+    StateStore* s = store.get();
+    s->rep_->follower = std::thread([s] { s->FollowWriter(); });
+  }
+  return store;
 }
 
 Status StateStore::RecordCluster(const std::string& identity) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -241,6 +242,36 @@ TEST_F(StateStoreTest, ReadOnlyStoreSurvivesItsWriterReopening) {
   for (int i = 0; i < 3; i++) ASSERT_TRUE(reader->CatchUp().ok());
   EXPECT_EQ(reader->GetUserCounts(5)->posts, 4);
   EXPECT_EQ(writer->GetUserCounts(5)->posts, 4);
+}
+
+// tally serve calls CatchUp() nowhere: the store's own thread follows the
+// writer every catch_up_interval_ms, and stops when the store is destroyed.
+TEST_F(StateStoreTest, ReadOnlyStoreFollowsItsWriterByItself) {
+  auto writer = OpenOrDie();
+  StoreOptions ro = options_;
+  ro.read_only = true;
+  ro.catch_up_interval_ms = 10;
+  auto reader_r = StateStore::Open(ro);
+  ASSERT_TRUE(reader_r.ok()) << reader_r.status().ToString();
+  auto reader = std::move(reader_r).value();
+  const uint32_t global = schemas::PartitionOf(schemas::kGlobalEntity, 4);
+  {
+    PartitionBatch b;
+    CounterOp ops[3] = {CounterOp::Add(4), {}, {}};
+    b.MergeUserCounters(5, ops);
+    ASSERT_TRUE(writer->partition(schemas::PartitionOf(5, 4))->Commit(&b).ok());
+    PartitionBatch n;
+    n.PutNotice(300, "n");
+    ASSERT_TRUE(writer->partition(global)->Commit(&n).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((reader->GetUserCounts(5)->posts != 4 || reader->NewestNoticeId().value() != 300) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(reader->GetUserCounts(5)->posts, 4);
+  EXPECT_EQ(reader->NewestNoticeId().value(), 300u);
+  reader.reset();  // joins the thread
 }
 
 TEST_F(StateStoreTest, RecordsClusterIdentity) {

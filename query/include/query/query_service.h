@@ -16,9 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,8 +73,8 @@ struct ServiceInfo {
 };
 
 struct QueryServiceOptions {
-  // Required. Must outlive the service. Only read (and CatchUp() for a
-  // read-only store).
+  // Required. Must outlive the service. Only read (a read-only store
+  // follows its writer by itself: StoreOptions::catch_up_interval_ms).
   store::StateStore* store = nullptr;
   // Optional. Null: POST /v1/events and the resets answer 503 unavailable.
   ingest::EventPublisher* publisher = nullptr;
@@ -98,11 +96,6 @@ struct QueryServiceOptions {
   // When not empty, POST /v1/events and the resets need
   // "Authorization: Bearer <auth_token>" (else 401 unauthorized).
   std::string auth_token;
-  // A read-only store (tally serve) follows its writer through
-  // StateStore::CatchUp(), called this often by a thread of the service's
-  // own (never by a request: catching up reads the writer's manifest and
-  // WAL, which must not stall an answer).
-  int catch_up_interval_ms = 50;
   // POST /v1/events?wait=visible and the resets' ?wait=visible answer 504
   // not_yet_visible when their records are not all visible after this long
   // (`--visible-timeout-ms`). They need `publisher` and `watermarks`.
@@ -151,7 +144,6 @@ class QueryService {
   Response AwaitVisible(const std::vector<ingest::PublishRecord>& records,
                         const std::vector<ingest::RecordPosition>& positions,
                         std::string_view accepted);
-  void FollowWriter();  // the catch-up thread of a read-only store
   // options_.kafka_problem(), or "" without one.
   std::string KafkaProblem() const;
   void Record(int route_id, int status, int64_t start_ns);
@@ -161,11 +153,6 @@ class QueryService {
 
   QueryServiceOptions options_;
   std::string info_body_;  // rendered once: the info never changes
-
-  std::mutex follow_mu_;
-  std::condition_variable follow_cv_;
-  bool stopping_ = false;  // guarded by follow_mu_
-  std::thread follower_;
 
   // Present when the service publishes and has watermarks.
   std::unique_ptr<VisibilityWaiter> visibility_;

@@ -12,7 +12,9 @@
 // Writers: only the applier thread that owns a partition (Commit).
 // Readers: any thread, concurrently (the HTTP tier). A store opened with
 // read_only follows a running writer in another process (RocksDB secondary
-// instance) and sees its writes after CatchUp().
+// instance) and sees its writes after CatchUp(), which a thread of the
+// store's own (tally-follow) calls every catch_up_interval_ms while it is
+// open.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,11 @@ struct StoreOptions {
   // RocksDB (store/src/counter_cache.h); 0: none. Writable stores only.
   uint64_t read_cache_bytes = 0;
   bool read_only = false;                      // secondary instance (tally serve)
+  // Read-only stores: a thread of the store's own calls CatchUp() this
+  // often, from Open until the store is destroyed (never a request:
+  // catching up reads the writer's manifest and WAL, which must not stall
+  // an answer). > 0.
+  int catch_up_interval_ms = 50;
   // Files others keep in the directory beside the state (the embedded
   // broker's record, app/broker_process.h): a new state may be created in a
   // directory that holds only these.
@@ -244,10 +251,12 @@ void DisablePerfCounters();
 class StateStore {
  public:
   // Opens (creating if allowed and missing) every partition under
-  // options.dir. InvalidArgument if the directory was made with another
-  // partition count; Corruption if its TALLY file or a database is damaged;
-  // IOError if the directory cannot be used. The caller owns the store.
+  // options.dir; a read_only store starts its catch-up thread. InvalidArgument
+  // if the directory was made with another partition count; Corruption if
+  // its TALLY file or a database is damaged; IOError if the directory cannot
+  // be used. The caller owns the store.
   static base::Result<std::unique_ptr<StateStore>> Open(const StoreOptions& options);
+  // Stops (and joins) the catch-up thread, then closes every partition.
   ~StateStore();
 
   uint32_t partitions() const;
@@ -305,6 +314,9 @@ class StateStore {
 
   // read_only stores: catch up with the writer's latest commits, the notice
   // ids included (read again when a commit added notices). No-op otherwise.
+  // The store's own thread calls it every catch_up_interval_ms; a caller
+  // that must see the writer's latest (the watermarks) may call it too.
+  // Safe for concurrent use: calls run one at a time.
   base::Status CatchUp();
 
   // Resets every partition's progress (deltas offset 0, no marks) keeping
@@ -317,6 +329,10 @@ class StateStore {
   // `ids` (zeros for a record that does not exist).
   base::Status MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
                                 const std::function<void(size_t, const int64_t*)>& fill) const;
+  // The catch-up thread of a read_only store: CatchUp() every
+  // catch_up_interval_ms until the destructor stops it; failures are logged
+  // (at most one line per 10 s).
+  void FollowWriter();
   struct Rep;
   explicit StateStore(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
