@@ -11,8 +11,8 @@
 //                        the thread that runs it, compaction, progress,
 //                        write health
 //
-// Thread model: as state_store.h says of each class; each field below says
-// who changes it.
+// Thread model: as state_store.h says of each class; the fields that
+// threads share say what guards them.
 #pragma once
 
 #include <rocksdb/compaction_filter.h>
