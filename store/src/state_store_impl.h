@@ -107,6 +107,10 @@ struct Partition::Rep {
 };
 
 struct StateStore::Rep {
+  // Closes the partitions before what they use (the compaction filter, the
+  // fault env, the cache, the disk reserve), also when Open() fails midway.
+  ~Rep() { partitions.clear(); }
+
   StoreOptions options;
   std::string cluster;
   std::vector<std::unique_ptr<Partition>> partitions;

@@ -376,10 +376,14 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
     prep->current = std::move(currents[i]);
     prep->cache = rep->cache.get();
-    TALLY_RETURN_IF_ERROR(prep->LoadNoticeIds(raws[i], i));
     prep->health = healths[i];
     prep->reserve = rep->reserve.get();
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
+  }
+  // Every database is owned by its partition now, so a failure below closes
+  // them all (Rep's destructor) instead of leaking the later ones.
+  for (uint32_t i = 0; i < n; i++) {
+    TALLY_RETURN_IF_ERROR(rep->partitions[i]->rep_->LoadNoticeIds(raws[i], i));
   }
   if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
   TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
