@@ -61,13 +61,6 @@ internal::ClientKey ClientOf(const asio::ip::tcp::endpoint& peer) {
   return internal::ClientKey::FromIpv6(a.to_v6().to_bytes());
 }
 
-// Probes and scrapers are never rate limited.
-bool ExemptFromRateLimit(std::string_view method, std::string_view target) {
-  if (method != "GET") return false;
-  std::string_view path = target.substr(0, target.find('?'));
-  return path == "/healthz" || path == "/metrics";
-}
-
 // The Authorization header, borrowed from the request; empty if absent.
 std::string_view Authorization(const restinio::http_request_header_t& header) {
   auto v = header.opt_value_of(restinio::http_field::authorization);
@@ -160,6 +153,13 @@ base::Status ParseListen(const std::string& listen, asio::ip::address* address, 
 }
 
 }  // namespace
+
+// Probes and scrapers are never rate limited.
+bool internal::PreviousExemptFromRateLimit(std::string_view method, std::string_view target) {
+  if (method != "GET") return false;
+  std::string_view path = target.substr(0, target.find('?'));
+  return path == "/healthz" || path == "/metrics";
+}
 
 struct HttpServer::Impl {
   ServerOptions options;
@@ -262,7 +262,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     const auto& header = req->header();
     std::string_view method = header.method().c_str();
     std::string_view target = header.request_target();
-    if (rate_limiter && !ExemptFromRateLimit(method, target)) {
+    if (rate_limiter && !internal::PreviousExemptFromRateLimit(method, target)) {
       if (int64_t wait_ms =
               rate_limiter->Acquire(ClientOf(req->remote_endpoint()),
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 namespace tally::query::internal {
@@ -69,5 +70,9 @@ class RateLimiter {
   const double burst_;
   std::array<Shard, kShards> shards_;
 };
+
+// The exemption as http_server.cc decided it before the route table: GET
+// /healthz and GET /metrics. Kept only until the table replaces it.
+bool PreviousExemptFromRateLimit(std::string_view method, std::string_view target);
 
 }  // namespace tally::query::internal
