@@ -23,6 +23,7 @@
 #include "base/shutdown.h"
 #include "query/query_service.h"
 #include "rate_limiter.h"
+#include "routes.h"
 #include "store/state_store.h"
 
 namespace tally::query {
@@ -154,13 +155,6 @@ base::Status ParseListen(const std::string& listen, asio::ip::address* address, 
 
 }  // namespace
 
-// Probes and scrapers are never rate limited.
-bool internal::PreviousExemptFromRateLimit(std::string_view method, std::string_view target) {
-  if (method != "GET") return false;
-  std::string_view path = target.substr(0, target.find('?'));
-  return path == "/healthz" || path == "/metrics";
-}
-
 struct HttpServer::Impl {
   ServerOptions options;
   QueryService* service = nullptr;
@@ -262,7 +256,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     const auto& header = req->header();
     std::string_view method = header.method().c_str();
     std::string_view target = header.request_target();
-    if (rate_limiter && !internal::PreviousExemptFromRateLimit(method, target)) {
+    if (rate_limiter && !internal::ExemptFromRateLimit(method, target)) {
       if (int64_t wait_ms =
               rate_limiter->Acquire(ClientOf(req->remote_endpoint()),
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -283,7 +277,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
         return;
       }
     }
-    if (QueryService::MayBlock(method, target)) {
+    if (internal::RequestMayBlock(method, target)) {
       // Off the I/O threads: a publish waits for the broker's acks. RESTinio
       // lets any thread finish the answer.
       boost::asio::post(*blocking_pool, [this, req]() noexcept {

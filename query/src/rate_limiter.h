@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <string_view>
 #include <unordered_map>
 
 namespace tally::query::internal {
@@ -70,9 +69,5 @@ class RateLimiter {
   const double burst_;
   std::array<Shard, kShards> shards_;
 };
-
-// The exemption as http_server.cc decided it before the route table: GET
-// /healthz and GET /metrics. Kept only until the table replaces it.
-bool PreviousExemptFromRateLimit(std::string_view method, std::string_view target);
 
 }  // namespace tally::query::internal

@@ -18,16 +18,28 @@
 #include <span>
 #include <string_view>
 
+namespace tally::query {
+class QueryService;
+struct Request;
+struct Response;
+}  // namespace tally::query
+
 namespace tally::query::internal {
+
+struct RouteMatch;
+// Answers a request the dispatcher matched to the route, whose method,
+// readiness, token and ids it has checked.
+using RouteHandler = Response (QueryService::*)(const Request&, const RouteMatch&);
 
 struct Route {
   std::string_view name;     // the route label of the HTTP metrics
   std::string_view pattern;  // "/v1/posts/{post_id}/counts"; a {..._id} is a canonical id
   std::string_view method;   // the one method the route answers; others get 405
-  bool may_block;            // may wait on a broker: answered off the I/O threads
-  bool rate_limit_exempt;    // never rate limited (probes and scrapers)
-  bool needs_auth;           // needs the bearer token when one is configured
-  bool needs_ready;          // answered 503 while the state is not ready
+  RouteHandler handler;
+  bool may_block = false;          // may wait on a broker: answered off the I/O threads
+  bool rate_limit_exempt = false;  // never rate limited (probes and scrapers)
+  bool needs_auth = false;         // needs the bearer token when one is configured
+  bool needs_ready = false;        // answered 503 while the state is not ready
 };
 
 // Every route, in the order of SPEC section 4.
@@ -44,6 +56,9 @@ struct RouteMatch {
   std::string_view param[kMaxRouteParams];
   std::string_view param_name[kMaxRouteParams];  // without the braces
   int params = 0;
+  // The values of the {..._id} params (0 for the others), filled in by the
+  // dispatcher once it has parsed them.
+  uint64_t id[kMaxRouteParams] = {};
   std::string_view query;  // after the '?', empty if none
 };
 

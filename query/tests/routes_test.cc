@@ -11,7 +11,6 @@
 #include <string_view>
 
 #include "query/query_service.h"
-#include "rate_limiter.h"
 #include "store/state_store.h"
 #include "test_state.h"
 
@@ -82,8 +81,6 @@ constexpr std::string_view kOtherTargets[] = {
     "/v2/info",
 };
 
-constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "DELETE", "HEAD", "get", ""};
-
 TEST(HttpRoutesTest, EverySpecRouteIsInTheTableWithItsProperties) {
   EXPECT_EQ(Routes().size(), std::size(kSpecRoutes)) << "a route SPEC does not list";
   for (const SpecRoute& s : kSpecRoutes) {
@@ -140,8 +137,7 @@ TEST(HttpRoutesTest, NoTwoPatternsMatchOnePath) {
   }
 }
 
-// The transport's decisions as they were before the table (the test moved
-// here with them; same assertions).
+// The transport's choice of thread.
 TEST(HttpRoutesTest, MayBlockIsTrueForPublishesAndWatermarks) {
   EXPECT_TRUE(RequestMayBlock("POST", "/v1/events"));
   EXPECT_TRUE(RequestMayBlock("POST", "/v1/users/1/unread/like/reset"));
@@ -149,22 +145,6 @@ TEST(HttpRoutesTest, MayBlockIsTrueForPublishesAndWatermarks) {
   EXPECT_TRUE(RequestMayBlock("GET", "/v1/watermarks?x=1"));
   EXPECT_FALSE(RequestMayBlock("GET", "/v1/posts/7/counts"));
   EXPECT_FALSE(RequestMayBlock("GET", "/v1/events"));
-}
-
-TEST(HttpRoutesTest, TableAgreesWithThePreviousDecisions) {
-  std::vector<std::string_view> targets(std::begin(kOtherTargets), std::end(kOtherTargets));
-  for (const SpecRoute& s : kSpecRoutes) targets.push_back(s.target);
-  for (std::string_view t : targets) {
-    for (std::string_view method : kMethods) {
-      EXPECT_EQ(ExemptFromRateLimit(method, t), PreviousExemptFromRateLimit(method, t))
-          << method << " " << t;
-      // The one difference: a method other than GET and POST on
-      // /v1/watermarks (a 405) is answered on the I/O thread now.
-      if (t.starts_with("/v1/watermarks") && method != "GET" && method != "POST") continue;
-      EXPECT_EQ(RequestMayBlock(method, t), QueryService::MayBlock(method, t))
-          << method << " " << t;
-    }
-  }
 }
 
 // What the service answers follows the table: 404 without a route, 405
