@@ -22,6 +22,7 @@
 #include "query/watermarks.h"
 #include "renderers.h"
 #include "request_target.h"
+#include "reset_request.h"
 #include "responses.h"
 #include "routes.h"
 #include "schemas/delta.h"
@@ -331,94 +332,41 @@ Response QueryService::HandleEvents(const Request& request, const Match&) {
 }
 
 Response QueryService::HandleUnreadReset(const Request& request, const Match& m) {
-  auto wait_r = WantsVisible(request.target);
-  if (!wait_r.ok()) return ErrorResponse(wait_r.status(), "bad_request");
-  const bool wait = *wait_r;
-  if (wait && options_.publisher != nullptr && visibility_ == nullptr) {
+  auto wait = WantsVisible(request.target);
+  if (!wait.ok()) return ErrorResponse(wait.status(), "bad_request");
+  if (*wait && options_.publisher != nullptr && visibility_ == nullptr) {
     return ProtocolError(503, "no watermarks: this server cannot tell when a reset is visible");
   }
   const uint64_t user_id = m.id[0];
-  const std::string_view kind_text = m.param[1];
-  const std::string_view query = m.query;
-  schemas::UnreadKind kind;
-  if (!schemas::ParseUnreadKind(kind_text, &kind)) {
-    std::string msg =
-        fmt::format("bad kind \"{}\": one of {}", Clip(kind_text), internal::UnreadKindList());
-    return ErrorResponse(base::Status::InvalidArgument(std::move(msg)), "bad_kind");
-  }
+  auto kind = internal::ParseResetKind(m.param[1]);
+  if (!kind.ok()) return ErrorResponse(kind.status(), "bad_kind");
   if (options_.publisher == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: this server cannot publish resets");
   }
-  schemas::Event event;
-  event.type = schemas::EventType::kRead;
-  event.ts = base::WallMs();
-  event.user_id = user_id;
-  event.read_kind = kind;
-  switch (kind) {
-    case schemas::UnreadKind::kNotice: {
-      // The reset marks everything up to the newest notice as read.
-      auto newest = options_.store->NewestNoticeId();
-      if (!newest.ok()) return ErrorResponse(newest.status());
-      if (*newest == 0) {
-        // No notice exists: nothing to mark read, and a user with no
-        // last-read id already reads 0.
-        if (wait) return JsonResponse(200, "{\"accepted\":true,\"visible\":true}");
-        return JsonResponse(202, "{\"accepted\":true}");
-      }
-      event.notice_id = *newest;
-      break;
-    }
-    case schemas::UnreadKind::kRedDot: {
-      bool found = false;
-      base::Status st = FindQueryParam(query, "channel", &found, &event.channel);
-      if (!st.ok()) return ErrorResponse(st, "bad_request");
-      if (!found || event.channel.empty()) {
-        return ErrorResponse(base::Status::InvalidArgument("a red_dot reset needs ?channel="), "bad_request");
-      }
-      break;
-    }
-    case schemas::UnreadKind::kFeed: {
-      // The snapshot: the current post counts of everyone the user follows.
-      auto now = options_.store->CurrentFolloweePosts(user_id);
-      if (!now.ok()) return ErrorResponse(now.status().WithContext(fmt::format("user {}", user_id)));
-      if (now->size() > schemas::kMaxSnapshotEntries) {
-        return ErrorResponse(base::Status::InvalidArgument(fmt::format(
-                                 "user {} follows {} accounts; a feed snapshot holds at most {}", user_id,
-                                 now->size(), schemas::kMaxSnapshotEntries)),
-                             "bad_request");
-      }
-      event.snapshot = std::move(now).value();
-      break;
-    }
-    default:
-      break;
+  std::string_view code;
+  auto reset =
+      internal::BuildReset(*options_.store, user_id, *kind, m.query, base::WallMs(), &code);
+  if (!reset.ok()) return ErrorResponse(reset.status(), code);
+  if (reset->nothing_to_mark) {
+    if (*wait) return JsonResponse(200, "{\"accepted\":true,\"visible\":true}");
+    return JsonResponse(202, "{\"accepted\":true}");
   }
-  // What tally publishes must pass the same validation as anyone's events.
-  std::string json = schemas::EventToJson(event);
-  {
-    schemas::EventParser parser;
-    schemas::Event check;
-    base::Status st = parser.Parse(json, &check);
-    if (!st.ok()) return ErrorResponse(st, "bad_request");
-  }
-  // Keyed by the user, as SPEC section 2 says tally's own resets are, so a
-  // reset stays in order with the user's other keyed events.
   if (std::string problem = KafkaProblem(); !problem.empty()) {
     return ProtocolError(503, problem + "; the reset was not published, retry later");
   }
   std::vector<ingest::PublishRecord> records;
-  records.push_back({fmt::format_int(user_id).str(), std::move(json)});
+  records.push_back(std::move(reset->record));
   std::vector<ingest::RecordPosition> positions;
-  base::Status st = options_.publisher->Publish(records, wait ? &positions : nullptr);
+  base::Status st = options_.publisher->Publish(records, *wait ? &positions : nullptr);
   if (!st.ok()) {
     // A reset applied twice reads the same, so its retry is always safe.
     const bool unknown = st.code() == base::StatusCode::kUnavailable;
     return ErrorResponse(st.WithContext(fmt::format(
-                             "publishing the {} reset of user {}{}", schemas::UnreadKindName(kind),
+                             "publishing the {} reset of user {}{}", schemas::UnreadKindName(*kind),
                              user_id, unknown ? " (it may have been published: retry it)" : "")),
                          unknown ? "outcome_unknown" : "");
   }
-  if (wait) return AwaitVisible(records, positions, "true");
+  if (*wait) return AwaitVisible(records, positions, "true");
   return JsonResponse(202, "{\"accepted\":true}");
 }
 
