@@ -16,6 +16,7 @@
 #include "base/shutdown.h"
 #include "broker_process.h"
 #include "cli.h"
+#include "ingest/event_publisher.h"
 
 namespace tally::app {
 
@@ -159,6 +160,25 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
   }
   so.max_connections = static_cast<size_t>(f.max_connections);
   return so;
+}
+
+base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
+                                                      query::ServerOptions server,
+                                                      query::QueryServiceOptions service) {
+  service.info.version = TALLY_VERSION;
+  service.info.brokers = f.brokers;
+  service.info.input_topics = f.input_topics;
+  service.info.state_dir = f.state_dir;
+  service.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
+  if (ingest::EventPublisher* p = service.publisher; p != nullptr) {
+    server.abort_waits = [p] { p->Abort(); };
+  }
+  auto tier = std::make_unique<HttpTier>();
+  tier->service = std::make_unique<query::QueryService>(std::move(service));
+  auto started = query::HttpServer::Start(server, tier->service.get());
+  if (!started.ok()) return started.status();
+  tier->server = std::move(started).value();
+  return tier;
 }
 
 Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out) {

@@ -66,19 +66,16 @@ int RunServe(int argc, char** argv) {
   qo.store = store.get();
   qo.publisher = publisher.get();
   qo.watermarks = watermarks.get();
-  qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
+  qo.info.partitions = store->partitions();
   qo.auth_token = *token;
-  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
-  query::QueryService service(qo);
-  if (publisher) so->abort_waits = [p = publisher.get()] { p->Abort(); };
-  auto server = query::HttpServer::Start(*so, &service);
-  if (!server.ok()) return Fail(command, server.status());
+  auto tier = StartHttpTier(f, http, *so, std::move(qo));
+  if (!tier.ok()) return Fail(command, tier.status());
   TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http.listen);
   base::WaitForShutdown(-1);
   TALLY_LOG_INFO("serve", "stopping");
-  (*server)->Stop();
+  (*tier)->server->Stop();
   base::KafkaHealth::Global().StopProbe();
   return kExitOk;
 }
