@@ -162,6 +162,25 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
   return so;
 }
 
+base::Result<HttpTierKafka> ConnectHttpTier(const base::KafkaOptions& kafka, const CommonFlags& f,
+                                            store::StateStore* store) {
+  HttpTierKafka out;
+  ingest::PublisherOptions pub;
+  pub.kafka = kafka;
+  pub.topic = f.input_topics.front();
+  auto p = ingest::EventPublisher::Create(pub);
+  if (!p.ok()) return p.status();
+  out.publisher = std::move(p).value();
+  query::WatermarkOptions wo;
+  wo.kafka = kafka;
+  wo.input_topics = f.input_topics;
+  wo.group_id = f.group;
+  auto w = query::WatermarkSource::Create(wo, store);
+  if (!w.ok()) return w.status();
+  out.watermarks = std::move(w).value();
+  return out;
+}
+
 base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
                                                       query::ServerOptions server,
                                                       query::QueryServiceOptions service) {

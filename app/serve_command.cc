@@ -47,19 +47,10 @@ int RunServe(int argc, char** argv) {
     auto cluster = ConnectCluster(&kafka, f, /*create_topics=*/false, 30000);
     if (!cluster.ok()) return Fail(command, cluster.status());
     if (auto st = base::KafkaHealth::Global().StartProbe(kafka); !st.ok()) return Fail(command, st);
-    ingest::PublisherOptions pub;
-    pub.kafka = kafka;
-    pub.topic = f.input_topics.front();
-    auto p = ingest::EventPublisher::Create(pub);
-    if (!p.ok()) return Fail(command, p.status());
-    publisher = std::move(p).value();
-    query::WatermarkOptions wo;
-    wo.kafka = kafka;
-    wo.input_topics = f.input_topics;
-    wo.group_id = f.group;
-    auto w = query::WatermarkSource::Create(wo, store.get());
-    if (!w.ok()) return Fail(command, w.status());
-    watermarks = std::move(w).value();
+    auto connected = ConnectHttpTier(kafka, f, store.get());
+    if (!connected.ok()) return Fail(command, connected.status());
+    publisher = std::move(connected->publisher);
+    watermarks = std::move(connected->watermarks);
   }
 
   query::QueryServiceOptions qo;

@@ -149,25 +149,18 @@ int RunUp(int argc, char** argv) {
     return Fail(command, st);
   }
 
-  ingest::PublisherOptions pub;
-  pub.kafka = po.kafka;
-  pub.topic = f.input_topics.front();
-  auto publisher = ingest::EventPublisher::Create(pub);
-  if (!publisher.ok()) return Fail(command, publisher.status());
-  query::WatermarkOptions wo;
-  wo.kafka = po.kafka;
-  wo.input_topics = f.input_topics;
-  wo.group_id = f.group;
-  auto watermarks = query::WatermarkSource::Create(wo, store.get());
-  if (!watermarks.ok()) return Fail(command, watermarks.status());
+  auto connected = ConnectHttpTier(po.kafka, f, store.get());
+  if (!connected.ok()) return Fail(command, connected.status());
+  std::unique_ptr<ingest::EventPublisher> publisher = std::move(connected->publisher);
+  std::unique_ptr<query::WatermarkSource> watermarks = std::move(connected->watermarks);
 
   if (!routing_early) runner.StartRouter();
   runner.StartApplier(store.get());
 
   query::QueryServiceOptions qo;
   qo.store = store.get();
-  qo.publisher = publisher->get();
-  qo.watermarks = watermarks->get();
+  qo.publisher = publisher.get();
+  qo.watermarks = watermarks.get();
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
   // Reads go on while the stages are started again on a replaced log; lag
@@ -233,13 +226,13 @@ int RunUp(int argc, char** argv) {
   bool drained = false;
   int64_t lag = -1;
   if (broker && !failed && runner.running()) {
-    drained = WaitForLagZero(watermarks->get(),
+    drained = WaitForLagZero(watermarks.get(),
                              base::SteadyMs() + base::StopBudgetLeftMs(kDrainAtStopMs), &lag);
   }
   runner.Stop();
   tier->reset();
-  watermarks->reset();
-  publisher->reset();
+  watermarks.reset();
+  publisher.reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
   if (broker && broker->Alive()) {
