@@ -33,7 +33,9 @@ using RouteHandler = Response (QueryService::*)(const Request&, const RouteMatch
 
 struct Route {
   std::string_view name;     // the route label of the HTTP metrics
-  std::string_view pattern;  // "/v1/posts/{post_id}/counts"; a {..._id} is a canonical id
+  // "/v1/posts/{post_id}/counts": at most kMaxRouteParams {names}; a
+  // {..._id} is a canonical id, parsed by the dispatcher.
+  std::string_view pattern;
   std::string_view method;   // the one method the route answers; others get 405
   RouteHandler handler;
   bool may_block = false;          // may wait on a broker: answered off the I/O threads

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -122,6 +123,12 @@ TEST(HttpRoutesTest, PatternsTakeWholeSegmentsAndTheQueryApart) {
 
   for (std::string_view t : {"/v1/info/", "//v1/info", "/v1/p%6fsts/7/counts", "/v1/posts/7"}) {
     EXPECT_EQ(MatchRoute(t).route, nullptr) << t;
+  }
+}
+
+TEST(HttpRoutesTest, NoPatternTakesMoreParamsThanAMatchHolds) {
+  for (const Route& r : Routes()) {
+    EXPECT_LE(std::count(r.pattern.begin(), r.pattern.end(), '{'), kMaxRouteParams) << r.pattern;
   }
 }
 
