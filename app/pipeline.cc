@@ -16,6 +16,7 @@
 #include "base/shutdown.h"
 #include "broker_process.h"
 #include "cli.h"
+#include "ingest/event_publisher.h"
 
 namespace tally::app {
 
@@ -159,6 +160,44 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
   }
   so.max_connections = static_cast<size_t>(f.max_connections);
   return so;
+}
+
+base::Result<HttpTierKafka> ConnectHttpTier(const base::KafkaOptions& kafka, const CommonFlags& f,
+                                            store::StateStore* store) {
+  HttpTierKafka out;
+  ingest::PublisherOptions pub;
+  pub.kafka = kafka;
+  pub.topic = f.input_topics.front();
+  auto p = ingest::EventPublisher::Create(pub);
+  if (!p.ok()) return p.status();
+  out.publisher = std::move(p).value();
+  query::WatermarkOptions wo;
+  wo.kafka = kafka;
+  wo.input_topics = f.input_topics;
+  wo.group_id = f.group;
+  auto w = query::WatermarkSource::Create(wo, store);
+  if (!w.ok()) return w.status();
+  out.watermarks = std::move(w).value();
+  return out;
+}
+
+base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
+                                                      query::ServerOptions server,
+                                                      query::QueryServiceOptions service) {
+  service.info.version = TALLY_VERSION;
+  service.info.brokers = f.brokers;
+  service.info.input_topics = f.input_topics;
+  service.info.state_dir = f.state_dir;
+  service.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
+  if (ingest::EventPublisher* p = service.publisher; p != nullptr) {
+    server.abort_waits = [p] { p->Abort(); };
+  }
+  auto tier = std::make_unique<HttpTier>();
+  tier->service = std::make_unique<query::QueryService>(std::move(service));
+  auto started = query::HttpServer::Start(server, tier->service.get());
+  if (!started.ok()) return started.status();
+  tier->server = std::move(started).value();
+  return tier;
 }
 
 Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out) {

@@ -11,8 +11,11 @@
 #include "base/flags.h"
 #include "base/kafka.h"
 #include "base/status.h"
+#include "ingest/event_publisher.h"
 #include "pipeline_runner.h"
 #include "query/http_server.h"
+#include "query/query_service.h"
+#include "query/watermarks.h"
 #include "store/state_dir_lock.h"
 #include "store/state_store.h"
 
@@ -82,6 +85,36 @@ void AddHttpFlags(base::FlagSet* fs, HttpFlags* f);
 // (RLIMIT_NOFILE) to its hard limit when --max-connections needs it, and
 // lowers max_connections (with a warning) when even that is too small.
 base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f);
+
+// What the HTTP tier needs of Kafka: a publisher to the first input topic
+// (POST /v1/events, the resets) and the watermark view of the router's
+// group over `store` (borrowed; must outlive it). The errors of
+// ingest::EventPublisher::Create and query::WatermarkSource::Create.
+struct HttpTierKafka {
+  std::unique_ptr<ingest::EventPublisher> publisher;
+  std::unique_ptr<query::WatermarkSource> watermarks;
+};
+base::Result<HttpTierKafka> ConnectHttpTier(const base::KafkaOptions& kafka, const CommonFlags& f,
+                                            store::StateStore* store);
+
+// The HTTP tier of `tally up` and `tally serve`: the query service and the
+// server answering it. Destroying it stops the server, then the service.
+struct HttpTier {
+  std::unique_ptr<query::QueryService> service;
+  std::unique_ptr<query::HttpServer> server;  // after `service`: destroyed first
+};
+
+// Starts the HTTP tier: a query::QueryService with `service` (the caller
+// sets store, publisher, watermarks, auth_token, ready, kafka_problem and
+// info.partitions; /v1/info's version, brokers, input topics and state
+// directory come from `f`, the visibility timeout from `http`), then an
+// HttpServer answering it with `server` (MakeServerOptions(http), made when
+// the flags were checked), whose stop aborts the publisher's waits. The
+// errors of HttpServer::Start. Everything `service` borrows must outlive
+// the tier.
+base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
+                                                      query::ServerOptions server,
+                                                      query::QueryServiceOptions service);
 
 // Applies --log-level and parses --kafka into `out` (brokers too).
 base::Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out);

@@ -47,38 +47,26 @@ int RunServe(int argc, char** argv) {
     auto cluster = ConnectCluster(&kafka, f, /*create_topics=*/false, 30000);
     if (!cluster.ok()) return Fail(command, cluster.status());
     if (auto st = base::KafkaHealth::Global().StartProbe(kafka); !st.ok()) return Fail(command, st);
-    ingest::PublisherOptions pub;
-    pub.kafka = kafka;
-    pub.topic = f.input_topics.front();
-    auto p = ingest::EventPublisher::Create(pub);
-    if (!p.ok()) return Fail(command, p.status());
-    publisher = std::move(p).value();
-    query::WatermarkOptions wo;
-    wo.kafka = kafka;
-    wo.input_topics = f.input_topics;
-    wo.group_id = f.group;
-    auto w = query::WatermarkSource::Create(wo, store.get());
-    if (!w.ok()) return Fail(command, w.status());
-    watermarks = std::move(w).value();
+    auto connected = ConnectHttpTier(kafka, f, store.get());
+    if (!connected.ok()) return Fail(command, connected.status());
+    publisher = std::move(connected->publisher);
+    watermarks = std::move(connected->watermarks);
   }
 
   query::QueryServiceOptions qo;
   qo.store = store.get();
   qo.publisher = publisher.get();
   qo.watermarks = watermarks.get();
-  qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, store->partitions()};
+  qo.info.partitions = store->partitions();
   qo.auth_token = *token;
-  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
-  query::QueryService service(qo);
-  if (publisher) so->abort_waits = [p = publisher.get()] { p->Abort(); };
-  auto server = query::HttpServer::Start(*so, &service);
-  if (!server.ok()) return Fail(command, server.status());
+  auto tier = StartHttpTier(f, http, *so, std::move(qo));
+  if (!tier.ok()) return Fail(command, tier.status());
   TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http.listen);
   base::WaitForShutdown(-1);
   TALLY_LOG_INFO("serve", "stopping");
-  (*server)->Stop();
+  (*tier)->server->Stop();
   base::KafkaHealth::Global().StopProbe();
   return kExitOk;
 }

@@ -149,28 +149,20 @@ int RunUp(int argc, char** argv) {
     return Fail(command, st);
   }
 
-  ingest::PublisherOptions pub;
-  pub.kafka = po.kafka;
-  pub.topic = f.input_topics.front();
-  auto publisher = ingest::EventPublisher::Create(pub);
-  if (!publisher.ok()) return Fail(command, publisher.status());
-  query::WatermarkOptions wo;
-  wo.kafka = po.kafka;
-  wo.input_topics = f.input_topics;
-  wo.group_id = f.group;
-  auto watermarks = query::WatermarkSource::Create(wo, store.get());
-  if (!watermarks.ok()) return Fail(command, watermarks.status());
+  auto connected = ConnectHttpTier(po.kafka, f, store.get());
+  if (!connected.ok()) return Fail(command, connected.status());
+  std::unique_ptr<ingest::EventPublisher> publisher = std::move(connected->publisher);
+  std::unique_ptr<query::WatermarkSource> watermarks = std::move(connected->watermarks);
 
   if (!routing_early) runner.StartRouter();
   runner.StartApplier(store.get());
 
   query::QueryServiceOptions qo;
   qo.store = store.get();
-  qo.publisher = publisher->get();
-  qo.watermarks = watermarks->get();
-  qo.info = {TALLY_VERSION, f.brokers, f.input_topics, f.state_dir, cluster->deltas_partitions};
+  qo.publisher = publisher.get();
+  qo.watermarks = watermarks.get();
+  qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
-  qo.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
   qo.ready = [&runner, &stage_failed] { return runner.running() || stage_failed.load(); };
@@ -179,12 +171,10 @@ int RunUp(int argc, char** argv) {
       return "the pipeline stopped after an error and is being started again (see the log)";
     return base::KafkaHealth::Global().Problem();
   };
-  query::QueryService service(qo);
-  so->abort_waits = [p = publisher->get()] { p->Abort(); };
-  auto server = query::HttpServer::Start(*so, &service);
-  if (!server.ok()) {
+  auto tier = StartHttpTier(f, http, *so, std::move(qo));
+  if (!tier.ok()) {
     runner.Stop();
-    return Fail(command, server.status());
+    return Fail(command, tier.status());
   }
   TALLY_LOG_INFO("up", "serving HTTP on {} (try /v1/watermarks); Kafka at {}", http.listen, f.brokers);
 
@@ -231,18 +221,18 @@ int RunUp(int argc, char** argv) {
   }
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
-  (*server)->Stop();
+  (*tier)->server->Stop();
   // The embedded broker stops with us only once it holds nothing unapplied.
   bool drained = false;
   int64_t lag = -1;
   if (broker && !failed && runner.running()) {
-    drained = WaitForLagZero(watermarks->get(),
+    drained = WaitForLagZero(watermarks.get(),
                              base::SteadyMs() + base::StopBudgetLeftMs(kDrainAtStopMs), &lag);
   }
   runner.Stop();
-  server->reset();
-  watermarks->reset();
-  publisher->reset();
+  tier->reset();
+  watermarks.reset();
+  publisher.reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
   if (broker && broker->Alive()) {

@@ -9,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
-#include <ctime>
 #include <exception>
 #include <future>
 #include <restinio/all.hpp>
@@ -21,8 +20,10 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/shutdown.h"
+#include "http_wire.h"
 #include "query/query_service.h"
 #include "rate_limiter.h"
+#include "routes.h"
 #include "store/state_store.h"
 
 namespace tally::query {
@@ -61,102 +62,10 @@ internal::ClientKey ClientOf(const asio::ip::tcp::endpoint& peer) {
   return internal::ClientKey::FromIpv6(a.to_v6().to_bytes());
 }
 
-// Probes and scrapers are never rate limited.
-bool ExemptFromRateLimit(std::string_view method, std::string_view target) {
-  if (method != "GET") return false;
-  std::string_view path = target.substr(0, target.find('?'));
-  return path == "/healthz" || path == "/metrics";
-}
-
 // The Authorization header, borrowed from the request; empty if absent.
 std::string_view Authorization(const restinio::http_request_header_t& header) {
   auto v = header.opt_value_of(restinio::http_field::authorization);
   return v ? std::string_view(v->data(), v->size()) : std::string_view{};
-}
-
-const char* ReasonPhrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 202:
-      return "Accepted";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Payload Too Large";
-    case 429:
-      return "Too Many Requests";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return "Unknown";
-  }
-}
-
-// The Date header (RFC 9110 section 6.6.1), formatted once per second per
-// thread. Independent of the C locale.
-std::string_view HttpDate() {
-  thread_local time_t cached_second = -1;
-  thread_local char buf[40];
-  thread_local size_t len = 0;
-  time_t now = std::time(nullptr);
-  if (now != cached_second) {
-    static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                              "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    auto r = fmt::format_to_n(buf, sizeof(buf), "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-                              kDays[tm.tm_wday], tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900,
-                              tm.tm_hour, tm.tm_min, tm.tm_sec);
-    len = r.size < sizeof(buf) ? r.size : sizeof(buf);
-    cached_second = now;
-  }
-  return std::string_view(buf, len);
-}
-
-// "HOST:PORT", "[V6]:PORT", ":PORT" (all interfaces), "localhost:PORT".
-base::Status ParseListen(const std::string& listen, asio::ip::address* address, uint16_t* port) {
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return base::Status::InvalidArgument(
-        fmt::format("listen address \"{}\": expected HOST:PORT", listen));
-  }
-  std::string host = listen.substr(0, colon);
-  std::string port_text = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty()) host = "0.0.0.0";
-  if (host == "localhost") host = "127.0.0.1";
-  unsigned long p = 0;
-  bool port_ok = !port_text.empty() && port_text.size() <= 5;
-  for (char c : port_text) {
-    if (c < '0' || c > '9') port_ok = false;
-  }
-  if (port_ok) p = std::stoul(port_text);
-  if (!port_ok || p > 65535) {
-    return base::Status::InvalidArgument(
-        fmt::format("listen address \"{}\": bad port \"{}\"", listen, port_text));
-  }
-  boost::system::error_code ec;
-  *address = asio::ip::make_address(host, ec);
-  if (ec) {
-    return base::Status::InvalidArgument(fmt::format(
-        "listen address \"{}\": \"{}\" is not an IP address (or localhost)", listen, host));
-  }
-  *port = static_cast<uint16_t>(p);
-  return base::Status::Ok();
 }
 
 }  // namespace
@@ -200,8 +109,8 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
   try {
     auto builder = req->create_response(restinio::http_status_line_t{
         restinio::http_status_code_t{static_cast<std::uint16_t>(response.status)},
-        ReasonPhrase(response.status)});
-    builder.append_header(restinio::http_field::date, std::string(HttpDate()));
+        internal::ReasonPhrase(response.status)});
+    builder.append_header(restinio::http_field::date, std::string(internal::HttpDate()));
     builder.append_header(restinio::http_field::content_type, std::string(response.content_type));
     if (!response.allow.empty()) {
       builder.append_header(restinio::http_field::allow, std::string(response.allow));
@@ -262,7 +171,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     const auto& header = req->header();
     std::string_view method = header.method().c_str();
     std::string_view target = header.request_target();
-    if (rate_limiter && !ExemptFromRateLimit(method, target)) {
+    if (rate_limiter && !internal::ExemptFromRateLimit(method, target)) {
       if (int64_t wait_ms =
               rate_limiter->Acquire(ClientOf(req->remote_endpoint()),
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -283,7 +192,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
         return;
       }
     }
-    if (QueryService::MayBlock(method, target)) {
+    if (internal::RequestMayBlock(method, target)) {
       // Off the I/O threads: a publish waits for the broker's acks. RESTinio
       // lets any thread finish the answer.
       boost::asio::post(*blocking_pool, [this, req]() noexcept {
@@ -383,7 +292,7 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   }
   asio::ip::address address;
   uint16_t port = 0;
-  TALLY_RETURN_IF_ERROR(ParseListen(options.listen, &address, &port));
+  TALLY_RETURN_IF_ERROR(internal::ParseListen(options.listen, &address, &port));
 
   auto impl = std::make_unique<Impl>();
   Impl* self = impl.get();

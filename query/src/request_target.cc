@@ -4,19 +4,6 @@
 
 namespace tally::query {
 
-bool ParseId(std::string_view text, uint64_t* out) {
-  // 2^63-1 has 19 digits; a canonical id has no leading zero.
-  if (text.empty() || text.size() > 19 || text[0] < '1' || text[0] > '9') return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');  // at most 19 digits: no uint64 overflow
-  }
-  if (v > 9223372036854775807ULL) return false;
-  *out = v;
-  return true;
-}
-
 void SplitTarget(std::string_view target, std::string_view* path, std::string_view* query) {
   size_t q = target.find('?');
   if (q == std::string_view::npos) {

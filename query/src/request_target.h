@@ -18,11 +18,15 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "schemas/id_string.h"
 
 namespace tally::query {
 
-// Parses a canonical decimal id into *out. False if `text` is not one.
-bool ParseId(std::string_view text, uint64_t* out);
+// Parses a canonical decimal id into *out. False if `text` is not one
+// (*out untouched). The rule is schemas' id string rule, the one id parser.
+inline bool ParseId(std::string_view text, uint64_t* out) {
+  return schemas::ParseIdString(text, out) == schemas::IdStringCheck::kOk;
+}
 
 // Splits a request target into its path and its query (without the '?';
 // empty when there is none).

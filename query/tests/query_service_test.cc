@@ -379,15 +379,6 @@ TEST_F(QueryServiceTest, MalformedRequestsGetPreciseErrors) {
   }
 }
 
-TEST_F(QueryServiceTest, MayBlockIsTrueForPublishesAndWatermarks) {
-  EXPECT_TRUE(QueryService::MayBlock("POST", "/v1/events"));
-  EXPECT_TRUE(QueryService::MayBlock("POST", "/v1/users/1/unread/like/reset"));
-  EXPECT_TRUE(QueryService::MayBlock("GET", "/v1/watermarks"));
-  EXPECT_TRUE(QueryService::MayBlock("GET", "/v1/watermarks?x=1"));
-  EXPECT_FALSE(QueryService::MayBlock("GET", "/v1/posts/7/counts"));
-  EXPECT_FALSE(QueryService::MayBlock("GET", "/v1/events"));
-}
-
 TEST_F(QueryServiceTest, ConcurrentReadersSeeConsistentAnswers) {
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};

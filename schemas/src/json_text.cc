@@ -12,24 +12,6 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
-IdStringCheck ParseIdString(std::string_view s, uint64_t* out) {
-  if (s.empty()) return IdStringCheck::kMalformed;
-  for (char c : s) {
-    if (!IsDigit(c)) return IdStringCheck::kMalformed;
-  }
-  if (s[0] == '0') {
-    // "0" is a canonical decimal, just out of range; "01" is not canonical.
-    return s.size() == 1 ? IdStringCheck::kOutOfRange : IdStringCheck::kMalformed;
-  }
-  if (s.size() > kMaxIdDigits.size()) return IdStringCheck::kOutOfRange;
-  // Same length decimals without leading zeros compare like their values.
-  if (s.size() == kMaxIdDigits.size() && s > kMaxIdDigits) return IdStringCheck::kOutOfRange;
-  uint64_t v = 0;
-  for (char c : s) v = v * 10 + static_cast<uint64_t>(c - '0');
-  *out = v;
-  return IdStringCheck::kOk;
-}
-
 JsonNumber ClassifyJsonNumber(std::string_view t) {
   size_t i = 0;
   const size_t n = t.size();
@@ -101,6 +83,25 @@ void AppendQuotedForReason(std::string* out, std::string_view s) {
 }  // namespace tally::schemas::internal
 
 namespace tally::schemas {
+
+IdStringCheck ParseIdString(std::string_view s, uint64_t* out) {
+  if (s.empty()) return IdStringCheck::kMalformed;
+  for (char c : s) {
+    if (!internal::IsDigit(c)) return IdStringCheck::kMalformed;
+  }
+  if (s[0] == '0') {
+    // "0" is a canonical decimal, just out of range; "01" is not canonical.
+    return s.size() == 1 ? IdStringCheck::kOutOfRange : IdStringCheck::kMalformed;
+  }
+  if (s.size() > internal::kMaxIdDigits.size()) return IdStringCheck::kOutOfRange;
+  // Same length decimals without leading zeros compare like their values.
+  if (s.size() == internal::kMaxIdDigits.size() && s > internal::kMaxIdDigits)
+    return IdStringCheck::kOutOfRange;
+  uint64_t v = 0;
+  for (char c : s) v = v * 10 + static_cast<uint64_t>(c - '0');
+  *out = v;
+  return IdStringCheck::kOk;
+}
 
 namespace {
 

@@ -10,20 +10,15 @@
 #include <string>
 #include <string_view>
 
+#include "schemas/id_string.h"
 #include "schemas/json_escape.h"
 
 namespace tally::schemas::internal {
 
-enum class IdStringCheck : uint8_t {
-  kOk = 0,
-  kMalformed,   // not a canonical decimal: empty, a non-digit, or a leading zero
-  kOutOfRange,  // canonical decimal digits, but 0 or above 2^63-1
-};
-
-// Checks `s` against defs.json#/$defs/id_string: ASCII digits only, no sign,
-// no spaces, no leading zero, value 1..2^63-1. On kOk sets *out; otherwise
-// leaves it untouched.
-IdStringCheck ParseIdString(std::string_view s, uint64_t* out);
+// The id string rule is public (schemas/id_string.h): the HTTP tier parses
+// its ids with it too.
+using schemas::IdStringCheck;
+using schemas::ParseIdString;
 
 enum class JsonNumber : uint8_t {
   kInvalid = 0,      // not exactly one JSON number

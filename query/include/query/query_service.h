@@ -37,6 +37,10 @@ namespace tally::query {
 
 class WatermarkSource;
 class VisibilityWaiter;
+namespace internal {
+struct RouteTable;
+struct RouteMatch;
+}  // namespace internal
 
 // One HTTP request as the transport received it. The views borrow from the
 // transport's buffers and must stay valid for the duration of Handle().
@@ -125,19 +129,28 @@ class QueryService {
   // tally_http_request_duration_seconds{route}. Safe for concurrent use.
   Response Handle(const Request& request);
 
-  // True when answering `request` may block for a broker round trip (the
-  // publishing endpoints and /v1/watermarks), so a transport should run it
-  // off its I/O threads. Cheap (looks at the method and the path only).
-  static bool MayBlock(std::string_view method, std::string_view target);
-
  private:
-  struct Route;
-  Response Dispatch(const Request& request, int* route_id);
-  Response HandleEvents(const Request& request);
-  // `wait`: ?wait=visible was given.
-  Response HandleReset(uint64_t user_id, std::string_view kind, std::string_view query, bool wait);
-  Response HandlePostCountsBatch(std::string_view query);
-  Response HandleWatermarks();
+  // The route table (src/routes.cc) names the handlers below.
+  friend struct internal::RouteTable;
+  using Match = internal::RouteMatch;
+
+  // Matches the route, checks the method, the body's size, readiness, the
+  // token and the ids, then calls the route's handler. *route_slot: the
+  // route's metrics slot.
+  Response Dispatch(const Request& request, int* route_slot);
+  Response HandleHealthz(const Request& request, const Match& m);
+  Response HandleMetrics(const Request& request, const Match& m);
+  Response HandleInfo(const Request& request, const Match& m);
+  Response HandleWatermarks(const Request& request, const Match& m);
+  Response HandleEvents(const Request& request, const Match& m);
+  Response HandlePostCounts(const Request& request, const Match& m);
+  Response HandlePostCountsBatch(const Request& request, const Match& m);
+  Response HandlePostLike(const Request& request, const Match& m);
+  Response HandlePostView(const Request& request, const Match& m);
+  Response HandleUserCounts(const Request& request, const Match& m);
+  Response HandleUserUnread(const Request& request, const Match& m);
+  Response HandleUnreadReset(const Request& request, const Match& m);
+  Response HandleFeedSnapshot(const Request& request, const Match& m);
   // The answer to a publish with ?wait=visible: waits for `records`, which
   // the publisher put at `positions`; `accepted` is the JSON value of the
   // answer's "accepted".

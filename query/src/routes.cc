@@ -1,0 +1,144 @@
+#include "routes.h"
+
+#include <iterator>
+
+#include "query/query_service.h"
+
+namespace tally::query::internal {
+
+namespace {
+
+constexpr std::string_view kGet = "GET";
+constexpr std::string_view kPost = "POST";
+
+}  // namespace
+
+// Friend of QueryService: the handlers are its private members.
+struct RouteTable {
+  using S = QueryService;
+  // Publishes wait for the broker's acks and watermarks ask the broker, so
+  // those may block; probes and scrapers are never rate limited; writes need
+  // the token; /healthz, /metrics, /v1/info and /v1/watermarks answer while
+  // the state is not ready (/healthz to say so).
+  static constexpr Route kRows[] = {
+      {.name = "post_counts",
+       .pattern = "/v1/posts/{post_id}/counts",
+       .method = kGet,
+       .handler = &S::HandlePostCounts,
+       .needs_ready = true},
+      {.name = "post_counts_batch",
+       .pattern = "/v1/posts/counts",
+       .method = kGet,
+       .handler = &S::HandlePostCountsBatch,
+       .needs_ready = true},
+      {.name = "user_counts",
+       .pattern = "/v1/users/{user_id}/counts",
+       .method = kGet,
+       .handler = &S::HandleUserCounts,
+       .needs_ready = true},
+      {.name = "user_unread",
+       .pattern = "/v1/users/{user_id}/unread",
+       .method = kGet,
+       .handler = &S::HandleUserUnread,
+       .needs_ready = true},
+      {.name = "unread_reset",
+       .pattern = "/v1/users/{user_id}/unread/{kind}/reset",
+       .method = kPost,
+       .handler = &S::HandleUnreadReset,
+       .may_block = true,
+       .needs_auth = true,
+       .needs_ready = true},
+      {.name = "post_like",
+       .pattern = "/v1/posts/{post_id}/likes/{user_id}",
+       .method = kGet,
+       .handler = &S::HandlePostLike,
+       .needs_ready = true},
+      {.name = "post_view",
+       .pattern = "/v1/posts/{post_id}/views/{user_id}",
+       .method = kGet,
+       .handler = &S::HandlePostView,
+       .needs_ready = true},
+      {.name = "feed_snapshot",
+       .pattern = "/v1/users/{user_id}/feed/snapshot",
+       .method = kGet,
+       .handler = &S::HandleFeedSnapshot,
+       .needs_ready = true},
+      {.name = "watermarks",
+       .pattern = "/v1/watermarks",
+       .method = kGet,
+       .handler = &S::HandleWatermarks,
+       .may_block = true},
+      {.name = "events",
+       .pattern = "/v1/events",
+       .method = kPost,
+       .handler = &S::HandleEvents,
+       .may_block = true,
+       .needs_auth = true,
+       .needs_ready = true},
+      {.name = "info", .pattern = "/v1/info", .method = kGet, .handler = &S::HandleInfo},
+      {.name = "healthz",
+       .pattern = "/healthz",
+       .method = kGet,
+       .handler = &S::HandleHealthz,
+       .rate_limit_exempt = true},
+      {.name = "metrics",
+       .pattern = "/metrics",
+       .method = kGet,
+       .handler = &S::HandleMetrics,
+       .rate_limit_exempt = true},
+  };
+};
+static_assert(std::size(RouteTable::kRows) == kRouteCount);
+
+bool MatchPattern(std::string_view pattern, std::string_view path, RouteMatch* m) {
+  size_t i = 0, j = 0;
+  int params = 0;
+  while (i < pattern.size()) {
+    if (pattern[i] == '{') {
+      const size_t close = pattern.find('}', i);
+      size_t end = path.find('/', j);
+      if (end == std::string_view::npos) end = path.size();
+      m->param[params] = path.substr(j, end - j);
+      m->param_name[params] = pattern.substr(i + 1, close - i - 1);
+      params++;
+      i = close + 1;
+      j = end;
+    } else {
+      if (j >= path.size() || path[j] != pattern[i]) return false;
+      i++;
+      j++;
+    }
+  }
+  if (j != path.size()) return false;
+  m->params = params;
+  return true;
+}
+
+std::span<const Route> Routes() { return RouteTable::kRows; }
+
+RouteMatch MatchRoute(std::string_view target) {
+  RouteMatch m;
+  const size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  if (q != std::string_view::npos) m.query = target.substr(q + 1);
+  for (const Route& r : RouteTable::kRows) {
+    if (MatchPattern(r.pattern, path, &m)) {
+      m.route = &r;
+      return m;
+    }
+  }
+  return m;
+}
+
+bool RequestMayBlock(std::string_view method, std::string_view target) {
+  if (method == kPost) return true;
+  const RouteMatch m = MatchRoute(target);
+  return m.route != nullptr && m.route->may_block && method == m.route->method;
+}
+
+bool ExemptFromRateLimit(std::string_view method, std::string_view target) {
+  const RouteMatch m = MatchRoute(target);
+  return m.route != nullptr && m.route->rate_limit_exempt && method == m.route->method;
+}
+
+}  // namespace tally::query::internal
