@@ -31,6 +31,8 @@ const char* ReasonPhrase(int status) {
       return "Not Implemented";
     case 503:
       return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
     default:
       return "Unknown";
   }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "http_wire.h"
 #include "query/query_service.h"
 #include "store/state_store.h"
 #include "test_state.h"
@@ -155,6 +156,15 @@ TEST_F(HttpServerTest, AnswersWithJsonAndStandardHeaders) {
   EXPECT_EQ(r.Header("Content-Type"), "application/json");
   EXPECT_EQ(r.Header("Content-Length"), std::to_string(r.body.size()));
   EXPECT_EQ(r.Header("Date").size(), 29u) << r.Header("Date");  // "Sun, 06 Nov 1994 08:49:37 GMT"
+}
+
+// Every status tally answers goes out with its own reason phrase (504 once
+// went out as "504 Unknown").
+TEST(HttpWireTest, EveryStatusTallyAnswersHasItsReasonPhrase) {
+  for (int status : {200, 202, 400, 401, 404, 405, 413, 429, 500, 501, 503, 504}) {
+    EXPECT_STRNE(internal::ReasonPhrase(status), "Unknown") << status;
+  }
+  EXPECT_STREQ(internal::ReasonPhrase(504), "Gateway Timeout");
 }
 
 TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
