@@ -10,6 +10,7 @@
 #include <string_view>
 #include <thread>
 
+#include "base/kafka_consumer.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
@@ -151,13 +152,13 @@ std::string ClusterIdentity::ToString() const {
 }
 
 Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int timeout_ms) {
-  // assign() needs a group id; this consumer never joins, commits or subscribes.
-  auto conf = MakeKafkaConf(RD_KAFKA_CONSUMER, options, {{"group.id", "tally-probe"},
-                                      {"enable.auto.commit", "false"},
-                                      {"enable.partition.eof", "true"},
-                                      {"log_level", "3"}});
-  if (!conf.ok()) return conf.status();
-  auto rk = MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+  // This consumer never joins, commits or subscribes.
+  ConsumerSettings settings;
+  settings.group = "tally-probe";
+  settings.partition_eof = true;
+  settings.offset_reset_is_error = false;
+  settings.extra = {{"log_level", "3"}};
+  auto rk = MakeConsumer(options, settings);
   if (!rk.ok()) return rk.status();
   // A metadata request first: it connects to a bootstrap broker at once.
   // rd_kafka_clusterid() alone only waits for metadata, and a new client
@@ -185,13 +186,10 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   int64_t low = 0, high = 0;
   rd_kafka_resp_err_t werr = rd_kafka_query_watermark_offsets(
       rk->get(), std::string(kMetaTopic).c_str(), 0, &low, &high, timeout_ms);
-  rd_kafka_poll_set_consumer(rk->get());
   KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(parts.get(), std::string(kMetaTopic).c_str(), 0)->offset =
       werr == RD_KAFKA_RESP_ERR_NO_ERROR ? low : RD_KAFKA_OFFSET_BEGINNING;
-  if (auto err = rd_kafka_assign(rk->get(), parts.get())) {
-    return KafkaStatus(err, "assigning tally.meta");
-  }
+  TALLY_RETURN_IF_ERROR(Assign(rk->get(), parts.get(), "assigning tally.meta"));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     KafkaMessage m(rd_kafka_consumer_poll(rk->get(), 100));
@@ -202,7 +200,7 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
     break;
   }
   // Never joined a group: skip the consumer close handshake (it costs seconds).
-  rd_kafka_assign(rk->get(), nullptr);
+  UnassignAtStop(rk->get(), "kafka");
   rd_kafka_destroy_flags(rk->release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   if (ident.incarnation.empty()) {
     return Status::Unavailable("embedded broker has no incarnation record in tally.meta");

@@ -1,5 +1,6 @@
 // Kafka client setup shared by every tally process: configuration, error
-// conversion, topic names, cluster identity and topic creation.
+// conversion, topic names, cluster identity and topic creation. Producers
+// are made by kafka_producer.h, consumers by kafka_consumer.h.
 //
 // tally talks to Kafka through librdkafka's C API. Every handle is owned by a
 // unique_ptr with the matching destroy function. Kafka error codes become a
