@@ -13,7 +13,6 @@
 #include "base/kafka_consumer.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
-#include "base/shutdown.h"
 
 namespace tally::base {
 
@@ -208,17 +207,6 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   return ident;
 }
 
-Result<KafkaTopic> PrepareTopic(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
-  std::string name(topic);
-  KafkaTopic rkt(rd_kafka_topic_new(rk, name.c_str(), nullptr));
-  if (!rkt) return KafkaStatus(rd_kafka_last_error(), fmt::format("topic handle for {}", topic));
-  const rd_kafka_metadata_t* md = nullptr;
-  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt.get(), &md, timeout_ms);
-  if (err) return KafkaStatus(err, fmt::format("metadata for {}", topic));
-  rd_kafka_metadata_destroy(md);
-  return rkt;
-}
-
 Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
   const rd_kafka_metadata_t* md = nullptr;
   std::string name(topic);
@@ -271,23 +259,6 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
     }
   }
   return out;
-}
-
-Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
-                     const std::function<void(int)>& on_wait) {
-  int stopping_s = 0;
-  for (int waited_s = 1; rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR; waited_s++) {
-    if (stop != nullptr && stop->load() &&
-        (++stopping_s >= kFlushAtStopSeconds || StopBudgetLeftMs(1000) == 0)) {
-      const int left = rd_kafka_outq_len(rk);
-      rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(rk, 0);  // the purged records' delivery reports
-      return Status::Aborted(fmt::format(
-          "stopping with {} records the broker has not acknowledged in {} s", left, waited_s));
-    }
-    if (on_wait && waited_s % 30 == 1) on_wait(waited_s);
-  }
-  return Status::Ok();
 }
 
 namespace {

@@ -82,6 +82,10 @@ struct ProducerRecord {
   void* opaque = nullptr;  // handed back in the delivery report (`_private`)
 };
 
+// Once a stop is requested, Flush() waits this long for the broker, then
+// gives up.
+inline constexpr int kFlushAtStopSeconds = 5;
+
 class KafkaProducer {
  public:
   // Creates a producer of `kafka` with the idempotent defaults, `settings`
