@@ -9,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "base/clock.h"
 #include "base/kafka_health.h"
 #include "base/kafka_producer.h"
 #include "base/log.h"
