@@ -39,10 +39,11 @@ struct SyncTag {
   RecordPosition position;  // set by the delivery report
 };
 
-// Kafka's "try again later" answers that KafkaStatus() does not (yet) map to
-// Unavailable: a message that timed out never reached a broker in time, and
-// one purged by Abort() (a stop that could not wait) may or may not have:
-// for an HTTP client both are 503 outcome_unknown, to be retried.
+// Kafka's "try again later" answers to a delivery: a message that timed out
+// never reached a broker in time (KafkaStatus() says Unavailable too), and
+// one purged by Abort() (a stop that could not wait) may or may not have
+// (KafkaStatus() says Internal): for an HTTP client both are 503
+// outcome_unknown, to be retried.
 base::Status DeliveryStatus(rd_kafka_resp_err_t err, std::string_view context) {
   base::Status st = base::KafkaStatus(err, context);
   if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT || err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
