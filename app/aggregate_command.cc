@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "aggregator/cluster_check.h"
+#include "aggregator/defaults.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
@@ -17,7 +18,7 @@ int RunAggregate(int argc, char** argv) {
   CommonFlags f;
   f.brokers = "127.0.0.1:9092";
   std::string role = "both";
-  int64_t flush_ms = 20, key_budget = 200000;
+  int64_t flush_ms = aggregator::kDefaultFlushMs, key_budget = aggregator::kDefaultKeyBudget;
   base::FlagSet fs(command,
                    "Runs the aggregator against --brokers: the router (input topics -> tally.deltas, invalid "
                    "records -> tally.dlq) and/or the applier (tally.deltas -> the state in --state-dir).");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/defaults.h"
 #include "base/flags.h"
 #include "base/kafka.h"
 #include "base/status.h"
@@ -26,8 +27,8 @@ struct CommonFlags {
   std::vector<std::string> kafka;  // KEY=VALUE
   std::string log_level = "info";
   std::string state_dir = "./data";
-  std::string group = "tally";
-  std::vector<std::string> input_topics = {"tally.events"};
+  std::string group = std::string(aggregator::kDefaultGroup);
+  std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
   int64_t partitions = 16;
   int64_t block_cache_mb = 256;
   int64_t write_buffer_mb = 8;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/defaults.h"
 #include "base/kafka.h"
 #include "store/state_store.h"
 
@@ -16,13 +17,13 @@ namespace tally::app {
 struct PipelineOptions {
   base::KafkaOptions kafka;
   std::vector<std::string> input_topics;
-  std::string group = "tally";
+  std::string group = std::string(aggregator::kDefaultGroup);
   uint32_t deltas_partitions = 0;
   bool run_router = true;
   bool run_applier = true;
   bool whole_topics = false;  // the router takes every input partition (RouterOptions::whole_topics)
-  int flush_ms = 20;
-  size_t key_budget = 200000;
+  int flush_ms = aggregator::kDefaultFlushMs;
+  size_t key_budget = aggregator::kDefaultKeyBudget;
   // Called on the stage's thread when a stage stops with an error; null:
   // request a process shutdown (base/shutdown.h).
   std::function<void()> on_failure;

@@ -57,7 +57,8 @@ int RunUp(int argc, char** argv) {
   const std::string command = "tally up";
   CommonFlags f;
   HttpFlags http;
-  int64_t port = 9092, flush_ms = 20, key_budget = 200000;
+  int64_t port = 9092, flush_ms = aggregator::kDefaultFlushMs,
+          key_budget = aggregator::kDefaultKeyBudget;
   base::FlagSet fs(command,
                    "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
                    "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "

@@ -9,6 +9,8 @@
 
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
+#include "base/kafka_consumer.h"
+#include "base/kafka_producer.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "retention_gaps.h"
@@ -26,8 +28,8 @@ struct Applier::Rep {
   ApplierOptions o;
   store::StateStore* store;
   base::KafkaHandle consumer;
-  base::KafkaHandle producer;  // derived deltas (follow -> target's followers)
-  base::KafkaTopic deltas_rkt;  // destroyed before the producer
+  std::unique_ptr<base::KafkaProducer> producer;  // derived deltas (follow -> target's followers)
+  rd_kafka_topic_t* deltas_rkt = nullptr;         // owned by `producer`
   std::map<int32_t, std::unique_ptr<WindowApplier>> owned;
   std::vector<schemas::DeltaBatchBuilder> derived;
   // Windows whose write is failing now: a full or failing disk fails every
@@ -88,13 +90,14 @@ struct Applier::Rep {
     commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
   }
 
-  static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
-    if (!m->err) return;
-    auto* self = static_cast<Rep*>(opaque);
-    std::lock_guard<std::mutex> l(self->failure_mu);
-    if (self->first_failure.empty()) {
-      self->first_failure = fmt::format("derived delta delivery to {}/{} failed: {}",
-                                        rd_kafka_topic_name(m->rkt), m->partition, rd_kafka_err2str(m->err));
+  // On whichever thread polls the producer (this one, or a helper waiting
+  // in WaitDerivedAcknowledged).
+  void OnDelivery(const rd_kafka_message_t& m) {
+    if (!m.err) return;
+    std::lock_guard<std::mutex> l(failure_mu);
+    if (first_failure.empty()) {
+      first_failure = fmt::format("derived delta delivery to {}/{} failed: {}",
+                                  rd_kafka_topic_name(m.rkt), m.partition, rd_kafka_err2str(m.err));
     }
   }
 
@@ -121,10 +124,7 @@ struct Applier::Rep {
       TALLY_LOG_INFO(kLog, "applying {}/{} from offset {} (from the state)", o.deltas_topic, p, offset);
       owned[static_cast<int32_t>(p)] = std::move(wa);
     }
-    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
-      return base::KafkaStatus(err, "assigning the deltas partitions");
-    }
-    return Status::Ok();
+    return base::Assign(consumer.get(), parts.get(), "assigning the deltas partitions");
   }
 
   // librdkafka stopped partition `m->partition` at an offset outside its
@@ -152,10 +152,7 @@ struct Applier::Rep {
       rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), p)->offset =
           wa->progress().next_deltas_offset;
     }
-    if (auto err = rd_kafka_assign(consumer.get(), parts.get())) {
-      return base::KafkaStatus(err, "assigning the deltas partitions again");
-    }
-    return Status::Ok();
+    return base::Assign(consumer.get(), parts.get(), "assigning the deltas partitions again");
   }
 
   size_t PendingKeys() const {
@@ -189,18 +186,13 @@ struct Applier::Rep {
       if (derived[d].empty()) continue;
       std::string value = derived[d].Finish();
       any_derived = true;
-      for (;;) {
-        auto err = rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(o.deltas_topic.c_str()),
-                                     RD_KAFKA_V_PARTITION(static_cast<int32_t>(d)),
-                                     RD_KAFKA_V_VALUE(value.data(), value.size()),
-                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-          rd_kafka_poll(producer.get(), 50);
-          continue;
-        }
-        if (err) return base::KafkaStatus(err, fmt::format("producing derived deltas to partition {}", d));
-        break;
-      }
+      base::ProducerRecord r;
+      r.rkt = deltas_rkt;
+      r.partition = static_cast<int32_t>(d);
+      r.value = value;
+      TALLY_RETURN_IF_ERROR(producer->Produce(r, base::QueueFullWait{}, [d] {
+        return fmt::format("producing derived deltas to partition {}", d);
+      }));
     }
     if (any_derived) {
       std::lock_guard<std::mutex> l(derived_wait_mu);
@@ -229,7 +221,7 @@ struct Applier::Rep {
   Status WaitDerivedAcknowledged() {
     std::lock_guard<std::mutex> l(derived_wait_mu);
     if (!derived_pending) return derived_status;
-    Status st = base::FlushProducer(producer.get(), stop, [](int waited_s) {
+    Status st = producer->Flush(stop, [](int waited_s) {
       TALLY_LOG_WARN(
           kLog,
           "waiting {} s for the broker to acknowledge derived deltas; no window commits meanwhile",
@@ -331,37 +323,27 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   Rep& r = *rep_;
   r.stop = stop;
   store::DisablePerfCounters();
-  auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, r.o.kafka, {{"enable.idempotence", "true"},
-                                               {"compression.type", "lz4"},
-                                               {"linger.ms", "1"},
-                                               {"acks", "all"},
-                                               {"client.id", "tally-applier"}});
-  if (!pconf.ok()) return pconf.status();
-  rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Rep::OnDelivery);
-  rd_kafka_conf_set_opaque(pconf->get(), &r);
-  auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
+  base::ProducerSettings ps;
+  ps.client_id = "tally-applier";
+  ps.linger_ms = 1;
+  ps.on_delivery = [&r](const rd_kafka_message_t& m) { r.OnDelivery(m); };
+  auto producer = base::KafkaProducer::Create(r.o.kafka, std::move(ps));
   if (!producer.ok()) return producer.status();
   r.producer = std::move(producer).value();
   // Metadata now, or the first window's derived deltas wait for the next refresh.
-  auto rkt = base::PrepareTopic(r.producer.get(), r.o.deltas_topic, 10000);
+  auto rkt = r.producer->Topic(r.o.deltas_topic, 10000);
   if (!rkt.ok()) return rkt.status();
-  r.deltas_rkt = std::move(rkt).value();
+  r.deltas_rkt = *rkt;
 
-  // A group id is required by librdkafka's consumer; this one never joins
-  // the group nor commits to it.
-  auto cconf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, r.o.kafka, {{"group.id", r.o.group + "-applier"},
-                                               {"enable.auto.commit", "false"},
-                                               {"enable.auto.offset.store", "false"},
-                                               // A stored offset the log no longer has is an
-                                               // error to report, never a silent jump.
-                                               {"auto.offset.reset", "error"},
-                                               {"fetch.wait.max.ms", "10"},
-                                               {"client.id", "tally-applier"}});
-  if (!cconf.ok()) return cconf.status();
-  auto consumer = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(cconf).value());
+  // This consumer never joins its group nor commits to it.
+  base::ConsumerSettings cs;
+  cs.group = r.o.group + "-applier";
+  cs.client_id = "tally-applier";
+  cs.store_offsets = false;
+  cs.short_fetch_wait = true;
+  auto consumer = base::MakeConsumer(r.o.kafka, cs);
   if (!consumer.ok()) return consumer.status();
   r.consumer = std::move(consumer).value();
-  rd_kafka_poll_set_consumer(r.consumer.get());
   if (auto st = r.AssignAll(); !st.ok()) {
     TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
     return st;
@@ -428,7 +410,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
         }
       }
     }
-    rd_kafka_poll(r.producer.get(), 0);
+    r.producer->Poll(0);
     int64_t elapsed = base::SteadyMs() - r.last_flush_ms;
     const bool window_over = (elapsed >= r.o.flush_ms && caught_up) || elapsed >= max_window_ms;
     if ((window_over && !r.CommitBusy()) || r.PendingKeys() >= r.o.key_budget) {

@@ -18,12 +18,11 @@
 
 namespace tally::aggregator {
 
-// Runs fn(0..n-1) on the calling thread and one helper thread ("tally-commit")
-// and returns once all calls have (Run), or on the helper thread alone while
-// the caller goes on (Start, then Wait). Applier windows are committed this
-// way: each partition is its own RocksDB, so replay fills two memtables at
-// once, and the live applier applies the next window while the helper
-// writes the last one; memtable inserts are most of the applier's time.
+// Runs fn(0..n-1) on the helper threads ("tally-commit") while the caller
+// goes on (Start, then Wait). Applier windows are committed this way: each
+// partition is its own RocksDB, so the helpers fill several memtables at
+// once, and the applier applies the next window while they write the last
+// one; memtable inserts are most of the applier's time.
 class CommitHelper {
  public:
   explicit CommitHelper(int helpers = 1) {
@@ -38,25 +37,8 @@ class CommitHelper {
     for (auto& t : threads_) t.join();
   }
 
-  void Run(size_t n, const std::function<void(size_t)>& fn) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      assert(busy_ == 0);
-      fn_ = &fn;
-      n_ = n;
-      next_.store(0);
-      busy_ = threads_.size();
-      round_++;
-    }
-    cv_.notify_all();
-    Work();
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return busy_ == 0; });
-    fn_ = nullptr;
-  }
-
-  // Starts fn(0..n-1) on the helper thread and returns at once. One job at
-  // a time: Wait() for it before the next Start() or Run().
+  // Starts fn(0..n-1) on the helper threads and returns at once. One job at
+  // a time: Wait() for it before the next Start().
   void Start(size_t n, std::function<void(size_t)> fn) {
     {
       std::lock_guard<std::mutex> l(mu_);

@@ -15,6 +15,7 @@
 #include "aggregator/event_router.h"
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
+#include "base/kafka_consumer.h"
 #include "base/log.h"
 #include "schemas/event.h"
 #include "sealed_window_writer.h"
@@ -224,18 +225,14 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
     }
   }
   // A plain consumer: no group, no commits, nothing written anywhere.
-  // assign() needs a group id; this consumer never joins or commits.
-  auto conf = base::MakeKafkaConf(RD_KAFKA_CONSUMER, o.kafka, {{"group.id", "tally-replay"},
-                                           {"enable.auto.commit", "false"},
-                                           {"enable.auto.offset.store", "false"},
-                                           {"enable.partition.eof", "true"},
-                                           {"auto.offset.reset", "error"},
-                                           {"client.id", "tally-replay"}});
-  if (!conf.ok()) return conf.status();
-  auto consumer_r = base::MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+  base::ConsumerSettings cs;
+  cs.group = "tally-replay";
+  cs.client_id = "tally-replay";
+  cs.store_offsets = false;
+  cs.partition_eof = true;
+  auto consumer_r = base::MakeConsumer(o.kafka, cs);
   if (!consumer_r.ok()) return consumer_r.status();
   base::KafkaHandle consumer = std::move(consumer_r).value();
-  rd_kafka_poll_set_consumer(consumer.get());
 
   const std::vector<std::string> topics =
       o.from_input ? o.input_topics : std::vector<std::string>{o.deltas_topic};
@@ -268,7 +265,7 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   }
   TALLY_LOG_INFO(kLog, "rebuilding {} from {} ({} records in {} partitions)", store->dir(),
                  o.from_input ? "the input topics" : o.deltas_topic, total, targets.size());
-  if (auto err = rd_kafka_assign(consumer.get(), list.get())) return base::KafkaStatus(err, "assigning");
+  TALLY_RETURN_IF_ERROR(base::Assign(consumer.get(), list.get(), "assigning"));
 
   ProgressMeter meter(total, &o.on_progress);
   EventRouter router(nparts);
@@ -357,7 +354,7 @@ Status Replay(const ReplayOptions& o, store::StateStore* store, const std::atomi
   if (parallel) TALLY_RETURN_IF_ERROR(parallel->Finish());
   TALLY_RETURN_IF_ERROR(WriteAll(&appliers, &writer));
   meter.Add(0, /*force=*/true);
-  rd_kafka_assign(consumer.get(), nullptr);
+  base::UnassignAtStop(consumer.get(), kLog);
   rd_kafka_destroy_flags(consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   if (invalid > 0) TALLY_LOG_INFO(kLog, "{} invalid input records skipped (they are in tally.dlq)", invalid);
   TALLY_LOG_INFO(kLog, "rebuilt {} from {} records", store->dir(), total);

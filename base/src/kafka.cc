@@ -10,9 +10,9 @@
 #include <string_view>
 #include <thread>
 
+#include "base/kafka_consumer.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
-#include "base/shutdown.h"
 
 namespace tally::base {
 
@@ -151,13 +151,13 @@ std::string ClusterIdentity::ToString() const {
 }
 
 Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int timeout_ms) {
-  // assign() needs a group id; this consumer never joins, commits or subscribes.
-  auto conf = MakeKafkaConf(RD_KAFKA_CONSUMER, options, {{"group.id", "tally-probe"},
-                                      {"enable.auto.commit", "false"},
-                                      {"enable.partition.eof", "true"},
-                                      {"log_level", "3"}});
-  if (!conf.ok()) return conf.status();
-  auto rk = MakeKafkaHandle(RD_KAFKA_CONSUMER, std::move(conf).value());
+  // This consumer never joins, commits or subscribes.
+  ConsumerSettings settings;
+  settings.group = "tally-probe";
+  settings.partition_eof = true;
+  settings.offset_reset_is_error = false;
+  settings.extra = {{"log_level", "3"}};
+  auto rk = MakeConsumer(options, settings);
   if (!rk.ok()) return rk.status();
   // A metadata request first: it connects to a bootstrap broker at once.
   // rd_kafka_clusterid() alone only waits for metadata, and a new client
@@ -185,13 +185,10 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
   int64_t low = 0, high = 0;
   rd_kafka_resp_err_t werr = rd_kafka_query_watermark_offsets(
       rk->get(), std::string(kMetaTopic).c_str(), 0, &low, &high, timeout_ms);
-  rd_kafka_poll_set_consumer(rk->get());
   KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(parts.get(), std::string(kMetaTopic).c_str(), 0)->offset =
       werr == RD_KAFKA_RESP_ERR_NO_ERROR ? low : RD_KAFKA_OFFSET_BEGINNING;
-  if (auto err = rd_kafka_assign(rk->get(), parts.get())) {
-    return KafkaStatus(err, "assigning tally.meta");
-  }
+  TALLY_RETURN_IF_ERROR(Assign(rk->get(), parts.get(), "assigning tally.meta"));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     KafkaMessage m(rd_kafka_consumer_poll(rk->get(), 100));
@@ -202,23 +199,12 @@ Result<ClusterIdentity> FetchClusterIdentity(const KafkaOptions& options, int ti
     break;
   }
   // Never joined a group: skip the consumer close handshake (it costs seconds).
-  rd_kafka_assign(rk->get(), nullptr);
+  UnassignAtStop(rk->get(), "kafka");
   rd_kafka_destroy_flags(rk->release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   if (ident.incarnation.empty()) {
     return Status::Unavailable("embedded broker has no incarnation record in tally.meta");
   }
   return ident;
-}
-
-Result<KafkaTopic> PrepareTopic(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
-  std::string name(topic);
-  KafkaTopic rkt(rd_kafka_topic_new(rk, name.c_str(), nullptr));
-  if (!rkt) return KafkaStatus(rd_kafka_last_error(), fmt::format("topic handle for {}", topic));
-  const rd_kafka_metadata_t* md = nullptr;
-  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt.get(), &md, timeout_ms);
-  if (err) return KafkaStatus(err, fmt::format("metadata for {}", topic));
-  rd_kafka_metadata_destroy(md);
-  return rkt;
 }
 
 Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms) {
@@ -273,23 +259,6 @@ Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::strin
     }
   }
   return out;
-}
-
-Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
-                     const std::function<void(int)>& on_wait) {
-  int stopping_s = 0;
-  for (int waited_s = 1; rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR; waited_s++) {
-    if (stop != nullptr && stop->load() &&
-        (++stopping_s >= kFlushAtStopSeconds || StopBudgetLeftMs(1000) == 0)) {
-      const int left = rd_kafka_outq_len(rk);
-      rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(rk, 0);  // the purged records' delivery reports
-      return Status::Aborted(fmt::format(
-          "stopping with {} records the broker has not acknowledged in {} s", left, waited_s));
-    }
-    if (on_wait && waited_s % 30 == 1) on_wait(waited_s);
-  }
-  return Status::Ok();
 }
 
 namespace {

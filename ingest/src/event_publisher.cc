@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/clock.h"
 #include "base/kafka_health.h"
+#include "base/kafka_producer.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/shutdown.h"
@@ -39,10 +39,11 @@ struct SyncTag {
   RecordPosition position;  // set by the delivery report
 };
 
-// Kafka's "try again later" answers that KafkaStatus() does not (yet) map to
-// Unavailable: a message that timed out never reached a broker in time, and
-// one purged by Abort() (a stop that could not wait) may or may not have:
-// for an HTTP client both are 503 outcome_unknown, to be retried.
+// Kafka's "try again later" answers to a delivery: a message that timed out
+// never reached a broker in time (KafkaStatus() says Unavailable too), and
+// one purged by Abort() (a stop that could not wait) may or may not have
+// (KafkaStatus() says Internal): for an HTTP client both are 503
+// outcome_unknown, to be retried.
 base::Status DeliveryStatus(rd_kafka_resp_err_t err, std::string_view context) {
   base::Status st = base::KafkaStatus(err, context);
   if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT || err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
@@ -56,8 +57,8 @@ base::Status DeliveryStatus(rd_kafka_resp_err_t err, std::string_view context) {
 
 struct EventPublisher::Rep {
   PublisherOptions options;
-  base::KafkaHandle rk;
-  rd_kafka_topic_t* rkt = nullptr;  // owned; destroyed before rk
+  std::unique_ptr<base::KafkaProducer> producer;
+  rd_kafka_topic_t* rkt = nullptr;  // owned by `producer`
   std::thread poll_thread;
   std::atomic<bool> stop{false};
 
@@ -78,21 +79,19 @@ struct EventPublisher::Rep {
       // Serve the remaining reports here; Flush() callers are gone by now.
       // Within a process's stop, what is left of its budget: the HTTP tier
       // has stopped, so nobody waits for an answer about these records.
-      rd_kafka_flush(rk.get(), base::StopBudgetLeftMs(5000));
+      rd_kafka_flush(producer->get(), base::StopBudgetLeftMs(5000));
       stop.store(true);
       poll_thread.join();
-      if (int left = rd_kafka_outq_len(rk.get()); left > 0) {
+      if (int left = producer->OutQueueLength(); left > 0) {
         TALLY_LOG_WARN(kComponent, "closing producer for {} with {} records undelivered",
                        options.topic, left);
       }
     }
-    if (rkt) rd_kafka_topic_destroy(rkt);
-    rk.reset();
+    producer.reset();
   }
 
   // Runs on librdkafka's poll (our poll thread, or rd_kafka_flush in ~Rep).
-  static void OnDelivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
-    auto* rep = static_cast<Rep*>(opaque);
+  static void OnDelivery(Rep* rep, const rd_kafka_message_t* m) {
     if (m->err) {
       rep->failed.fetch_add(1, std::memory_order_relaxed);
       rep->failed_metric->Inc();
@@ -127,8 +126,7 @@ struct EventPublisher::Rep {
     }
   }
 
-  static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
-    auto* rep = static_cast<Rep*>(opaque);
+  static void OnError(Rep* rep, rd_kafka_t* rk, int err, const char* reason) {
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
       char buf[512];
       rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof(buf));
@@ -138,40 +136,25 @@ struct EventPublisher::Rep {
     }
     // Transport errors are retried by librdkafka; they matter only if they
     // last, which KafkaHealth finds out and says once.
-    base::KafkaHealth::OnClientError(rk, err, reason, opaque);
+    base::KafkaHealth::OnClientError(rk, err, reason, nullptr);
   }
 
   void PollLoop() {
-    while (!stop.load(std::memory_order_relaxed)) rd_kafka_poll(rk.get(), 100);
+    while (!stop.load(std::memory_order_relaxed)) producer->Poll(100);
   }
 
   // Queues one record, waiting while the local queue is full (up to the
-  // delivery timeout). `opaque` is a SyncTag* or null for async records.
+  // delivery timeout; the poll thread serves the reports that make room).
+  // `opaque` is a SyncTag* or null for async records.
   base::Status Produce(const PublishRecord& r, void* opaque) {
-    int64_t deadline = -1;
-    for (;;) {
-      rd_kafka_resp_err_t err = rd_kafka_producev(
-          rk.get(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_VALUE(const_cast<char*>(r.value.data()), r.value.size()),
-          RD_KAFKA_V_KEY(r.key.empty() ? nullptr : r.key.data(), r.key.size()),
-          RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
-      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return base::Status::Ok();
-      if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        return base::KafkaStatus(err,
-                                 fmt::format("producing to {} key '{}'", options.topic, r.key));
-      }
-      int64_t now = base::SteadyMs();
-      if (deadline < 0) {
-        deadline = now + options.delivery_timeout_ms;
-      } else if (now >= deadline) {
-        return base::Status::Unavailable(
-            fmt::format("producing to {}: local queue full for {} ms (is the broker at {} up?)",
-                        options.topic, options.delivery_timeout_ms, options.kafka.brokers));
-      }
-      // The poll thread drains delivery reports as the broker acknowledges.
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
+    base::ProducerRecord record;
+    record.rkt = rkt;
+    record.key = r.key;
+    record.value = r.value;
+    record.opaque = opaque;
+    return producer->Produce(
+        record, base::QueueFullWait{options.delivery_timeout_ms, /*poll=*/false},
+        [&] { return fmt::format("producing to {} key '{}'", options.topic, r.key); });
   }
 };
 
@@ -184,28 +167,23 @@ base::Result<std::unique_ptr<EventPublisher>> EventPublisher::Create(
   }
   auto rep = std::make_unique<Rep>();
   rep->options = options;
-  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, 
-      options.kafka, {
-                         {"enable.idempotence", "true"},
-                         {"acks", "all"},
-                         {"compression.type", "lz4"},
-                         {"linger.ms", "5"},
-                         // Same key -> same partition as the Java client.
-                         {"partitioner", "murmur2_random"},
-                         {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
-                     });
-  if (!conf.ok()) return conf.status().WithContext("publisher");
-  rd_kafka_conf_set_opaque(conf->get(), rep.get());
-  rd_kafka_conf_set_dr_msg_cb(conf->get(), &Rep::OnDelivery);
-  rd_kafka_conf_set_error_cb(conf->get(), &Rep::OnError);
-  auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
-  if (!rk.ok()) return rk.status().WithContext("publisher");
-  rep->rk = std::move(rk).value();
-  rep->rkt = rd_kafka_topic_new(rep->rk.get(), options.topic.c_str(), nullptr);
-  if (!rep->rkt) {
-    return base::KafkaStatus(rd_kafka_last_error(),
-                             fmt::format("publisher: topic handle for {}", options.topic));
-  }
+  base::ProducerSettings settings;
+  settings.linger_ms = 5;
+  settings.extra = {
+      // Same key -> same partition as the Java client.
+      {"partitioner", "murmur2_random"},
+      {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
+  };
+  settings.on_delivery = [r = rep.get()](const rd_kafka_message_t& m) { Rep::OnDelivery(r, &m); };
+  settings.on_error = [r = rep.get()](rd_kafka_t* rk, int err, const char* reason) {
+    Rep::OnError(r, rk, err, reason);
+  };
+  auto producer = base::KafkaProducer::Create(options.kafka, std::move(settings));
+  if (!producer.ok()) return producer.status().WithContext("publisher");
+  rep->producer = std::move(producer).value();
+  auto rkt = rep->producer->Topic(options.topic, /*metadata_timeout_ms=*/0);
+  if (!rkt.ok()) return rkt.status().WithContext("publisher");
+  rep->rkt = *rkt;
   std::string labels = fmt::format("topic=\"{}\"", options.topic);
   auto& metrics = base::MetricsRegistry::Global();
   rep->delivered_metric = metrics.GetCounter("tally_ingest_records_delivered_total",
@@ -270,7 +248,7 @@ base::Status EventPublisher::PublishAsync(const PublishRecord& record) {
 }
 
 void EventPublisher::Abort() {
-  rd_kafka_purge(rep_->rk.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  rd_kafka_purge(rep_->producer->get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 }
 
 base::Status EventPublisher::Flush(int timeout_ms) {

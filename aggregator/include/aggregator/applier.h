@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "aggregator/defaults.h"
 #include "base/kafka.h"
 #include "base/status.h"
 #include "store/state_store.h"
@@ -22,10 +23,11 @@ namespace tally::aggregator {
 
 struct ApplierOptions {
   base::KafkaOptions kafka;
-  std::string group = "tally";  // its consumer's group.id is "<group>-applier" (never joined)
-  std::string deltas_topic = "tally.deltas";
-  int flush_ms = 20;             // window length once caught up (a backlog stretches it to 10x)
-  size_t key_budget = 200000;    // a window is cut early when it touches this many keys
+  // Its consumer's group.id is "<group>-applier" (never joined).
+  std::string group = std::string(kDefaultGroup);
+  std::string deltas_topic = std::string(base::kDeltasTopic);
+  int flush_ms = kDefaultFlushMs;  // window length once caught up (a backlog stretches it to 10x)
+  size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys
 };
 
 class Applier {

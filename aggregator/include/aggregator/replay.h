@@ -32,8 +32,8 @@ struct ReplayProgress {
 
 struct ReplayOptions {
   base::KafkaOptions kafka;
-  std::string deltas_topic = "tally.deltas";
-  std::vector<std::string> input_topics = {"tally.events"};
+  std::string deltas_topic = std::string(base::kDeltasTopic);
+  std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
   bool from_input = false;
   bool allow_partial = false;  // accept logs that no longer start at offset 0
   int commit_every_ms = 100;

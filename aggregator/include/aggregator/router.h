@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/defaults.h"
 #include "base/kafka.h"
 #include "base/status.h"
 
@@ -25,10 +26,10 @@ namespace tally::aggregator {
 
 struct RouterOptions {
   base::KafkaOptions kafka;
-  std::vector<std::string> input_topics = {"tally.events"};
-  std::string group = "tally";  // consumer group of the router
-  std::string deltas_topic = "tally.deltas";
-  std::string dlq_topic = "tally.dlq";
+  std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
+  std::string group = std::string(kDefaultGroup);  // consumer group of the router
+  std::string deltas_topic = std::string(base::kDeltasTopic);
+  std::string dlq_topic = std::string(base::kDlqTopic);
   uint32_t deltas_partitions = 0;     // required: partition count of deltas_topic
   int linger_ms = 20;                 // longest a routed record waits to be published
   size_t max_batch_bytes = 1 << 20;   // input bytes routed before a flush is forced

@@ -1,5 +1,6 @@
 // Kafka client setup shared by every tally process: configuration, error
-// conversion, topic names, cluster identity and topic creation.
+// conversion, topic names, cluster identity and topic creation. Producers
+// are made by kafka_producer.h, consumers by kafka_consumer.h.
 //
 // tally talks to Kafka through librdkafka's C API. Every handle is owned by a
 // unique_ptr with the matching destroy function. Kafka error codes become a
@@ -106,31 +107,12 @@ struct PartitionOffsets {
   int64_t high = 0;
 };
 
-// Creates producer `rk`'s handle for `topic` and fetches its metadata now, so
-// the first produce does not wait for librdkafka's next metadata refresh (up
-// to a second). The handle must be destroyed before `rk`. Unavailable or
-// NotFound when the metadata cannot be had within `timeout_ms`.
-Result<KafkaTopic> PrepareTopic(rd_kafka_t* rk, std::string_view topic, int timeout_ms);
-
 // Returns the number of partitions of `topic`, NotFound if it does not exist.
 Result<int> PartitionCount(rd_kafka_t* rk, std::string_view topic, int timeout_ms);
 
 // Queries low/high watermarks of every partition of `topic`.
 Result<std::vector<PartitionOffsets>> QueryWatermarks(rd_kafka_t* rk, std::string_view topic,
                                                      int timeout_ms);
-
-// Waits until the broker has acknowledged every record producer `rk` has
-// queued (rd_kafka_flush in 1 s slices; delivery reports are served on this
-// thread). While it waits, `on_wait(seconds_waited)` runs after the first
-// second and then every 30 s (an outage itself is reported by KafkaHealth).
-// Once `*stop` is set it waits kFlushAtStopSeconds more, then purges what is
-// left (serving the purged records' reports) and returns Aborted saying how
-// many records and seconds: the caller leaves their effects uncommitted for
-// a restart to redo. OK when all is acknowledged. `stop` may be null (wait
-// until acknowledged). Safe to call from any thread that may poll `rk`.
-inline constexpr int kFlushAtStopSeconds = 5;
-Status FlushProducer(rd_kafka_t* rk, const std::atomic<bool>* stop,
-                     const std::function<void(int)>& on_wait);
 
 // Destroys `rk` (rd_kafka_destroy_flags with `flags`) on a thread of its own
 // and returns at once. For a consumer that gave up on its group coordinator:

@@ -1,0 +1,24 @@
+// The aggregator's defaults that more than one place states: the options
+// structs (RouterOptions, ApplierOptions) and the flags of `tally up` and
+// `tally aggregate` take them from here, so --help and a library user see
+// the same value.
+// Thread model: constants only.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace tally::aggregator {
+
+// Consumer group holding the router's input offsets (--group). The applier's
+// consumer uses "<group>-applier" and never joins it.
+inline constexpr std::string_view kDefaultGroup = "tally";
+
+// Applier window once caught up, milliseconds (--flush-ms); a backlog
+// stretches it to 10x.
+inline constexpr int kDefaultFlushMs = 20;
+
+// An applier window is cut early when it touches this many keys (--key-budget).
+inline constexpr size_t kDefaultKeyBudget = 200000;
+
+}  // namespace tally::aggregator
