@@ -27,7 +27,7 @@ struct CommonFlags {
   std::vector<std::string> kafka;  // KEY=VALUE
   std::string log_level = "info";
   std::string state_dir = "./data";
-  std::string group = std::string(aggregator::kDefaultGroup);
+  std::string group = std::string(base::kDefaultGroup);
   std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
   int64_t partitions = 16;
   int64_t block_cache_mb = 256;

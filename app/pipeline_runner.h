@@ -17,7 +17,7 @@ namespace tally::app {
 struct PipelineOptions {
   base::KafkaOptions kafka;
   std::vector<std::string> input_topics;
-  std::string group = std::string(aggregator::kDefaultGroup);
+  std::string group = std::string(base::kDefaultGroup);
   uint32_t deltas_partitions = 0;
   bool run_router = true;
   bool run_applier = true;

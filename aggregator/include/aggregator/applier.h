@@ -24,7 +24,7 @@ namespace tally::aggregator {
 struct ApplierOptions {
   base::KafkaOptions kafka;
   // Its consumer's group.id is "<group>-applier" (never joined).
-  std::string group = std::string(kDefaultGroup);
+  std::string group = std::string(base::kDefaultGroup);
   std::string deltas_topic = std::string(base::kDeltasTopic);
   int flush_ms = kDefaultFlushMs;  // window length once caught up (a backlog stretches it to 10x)
   size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys

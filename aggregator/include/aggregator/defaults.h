@@ -1,7 +1,8 @@
 // The aggregator's defaults that more than one place states: the options
 // structs (RouterOptions, ApplierOptions) and the flags of `tally up` and
 // `tally aggregate` take them from here, so --help and a library user see
-// the same value.
+// the same value. The consumer group's default, base::kDefaultGroup, stands
+// in base/kafka.h beside the topic names.
 // Thread model: constants only.
 #pragma once
 
@@ -9,10 +10,6 @@
 #include <string_view>
 
 namespace tally::aggregator {
-
-// Consumer group holding the router's input offsets (--group). The applier's
-// consumer uses "<group>-applier" and never joins it.
-inline constexpr std::string_view kDefaultGroup = "tally";
 
 // Applier window once caught up, milliseconds (--flush-ms); a backlog
 // stretches it to 10x.

@@ -27,7 +27,7 @@ namespace tally::aggregator {
 struct RouterOptions {
   base::KafkaOptions kafka;
   std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
-  std::string group = std::string(kDefaultGroup);  // consumer group of the router
+  std::string group = std::string(base::kDefaultGroup);  // consumer group of the router
   std::string deltas_topic = std::string(base::kDeltasTopic);
   std::string dlq_topic = std::string(base::kDlqTopic);
   uint32_t deltas_partitions = 0;     // required: partition count of deltas_topic

@@ -31,6 +31,11 @@ inline constexpr std::string_view kDlqTopic = "tally.dlq";
 // clients can tell a restarted (empty) embedded log from the one they knew.
 inline constexpr std::string_view kMetaTopic = "tally.meta";
 
+// Consumer group holding the router's input offsets (--group). The applier's
+// consumer uses "<group>-applier" and never joins it; the watermark view's
+// consumer names it to read the group's committed offsets.
+inline constexpr std::string_view kDefaultGroup = "tally";
+
 struct KafkaHandleDeleter { void operator()(rd_kafka_t* rk) const { if (rk) rd_kafka_destroy(rk); } };
 struct KafkaConfDeleter { void operator()(rd_kafka_conf_t* c) const { if (c) rd_kafka_conf_destroy(c); } };
 struct KafkaPartitionListDeleter {

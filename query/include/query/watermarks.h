@@ -60,7 +60,7 @@ struct WatermarkReport {
 struct WatermarkOptions {
   base::KafkaOptions kafka;
   std::vector<std::string> input_topics = {std::string(base::kEventsTopic)};
-  std::string group_id = "tally";  // the router's consumer group
+  std::string group_id = std::string(base::kDefaultGroup);  // the router's consumer group
   std::string deltas_topic = std::string(base::kDeltasTopic);
   int timeout_ms = 5000;  // per broker request
 };
