@@ -28,6 +28,7 @@ inline double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// A loopback TCP port nobody listens on right now (tally_testing's).
 using ::tally::testing::FreePort;
 
 // True once something accepts TCP connections on 127.0.0.1:port, waiting at
