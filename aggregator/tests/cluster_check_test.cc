@@ -1,9 +1,10 @@
 #include "aggregator/cluster_check.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
+
+#include "testing/temp_dir.h"
 
 namespace tally::aggregator {
 namespace {
@@ -13,9 +14,6 @@ namespace fs = std::filesystem;
 class ClusterCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tally-cluster-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     store::StoreOptions o;
     o.dir = dir_.string();
     o.partitions = 2;
@@ -24,10 +22,7 @@ class ClusterCheckTest : public ::testing::Test {
     ASSERT_TRUE(s.ok());
     store_ = std::move(s).value();
   }
-  void TearDown() override {
-    store_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { store_.reset(); }
   // Some state and progress, as a running applier leaves them.
   void Work() {
     store::PartitionBatch b;
@@ -50,7 +45,8 @@ class ClusterCheckTest : public ::testing::Test {
   static base::ClusterIdentity Embedded(const std::string& inc) { return {"mockCluster1", true, inc}; }
   static base::ClusterIdentity External(const std::string& id) { return {id, false, ""}; }
 
-  fs::path dir_;
+  testing::TempDir temp_{"cluster-test"};
+  const fs::path& dir_ = temp_.path();
   std::unique_ptr<store::StateStore> store_;
 };
 

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
 
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include "base/log.h"
 #include "schemas/delta.h"
 #include "schemas/deltas_position.h"
+#include "testing/embedded_cluster.h"
 
 namespace tally::aggregator {
 namespace {
@@ -30,17 +30,9 @@ class CommitPipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     base::SetLogLevel(base::LogLevel::kError);
-    char err[256];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    mock_rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    ASSERT_NE(mock_rk_, nullptr) << err;
-    mock_ = rd_kafka_mock_cluster_new(mock_rk_, 1);
-    ASSERT_NE(mock_, nullptr);
-    ASSERT_EQ(rd_kafka_mock_topic_create(mock_, kInput, 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    ASSERT_EQ(rd_kafka_mock_topic_create(mock_, kDeltas, kDeltasPartitions, 1),
-              RD_KAFKA_RESP_ERR_NO_ERROR);
-    kafka_.brokers = rd_kafka_mock_cluster_bootstraps(mock_);
+    ASSERT_TRUE(cluster_.CreateTopic(kInput, 2).ok());
+    ASSERT_TRUE(cluster_.CreateTopic(kDeltas, kDeltasPartitions).ok());
+    kafka_.brokers = cluster_.bootstrap();
     kafka_.embedded = true;
     kafka_.overrides = {{"log_level", "0"}};
 
@@ -64,8 +56,6 @@ class CommitPipelineTest : public ::testing::Test {
     producer_.reset();
     if (consumer_)
       rd_kafka_destroy_flags(consumer_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    if (mock_) rd_kafka_mock_cluster_destroy(mock_);
-    if (mock_rk_) rd_kafka_destroy(mock_rk_);
   }
 
   // One sealed generation: input partition `partition` routed up to `next`,
@@ -117,8 +107,7 @@ class CommitPipelineTest : public ::testing::Test {
     return e.offset;
   }
 
-  rd_kafka_t* mock_rk_ = nullptr;
-  rd_kafka_mock_cluster_t* mock_ = nullptr;
+  tally::testing::EmbeddedCluster cluster_;
   base::KafkaOptions kafka_;
   base::KafkaHandle consumer_;
   base::KafkaHandle producer_;

@@ -1,12 +1,12 @@
 // The unread shapes of SPEC section 3, applied by the WindowApplier to a real
 // store and read back the way the HTTP tier reads them.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
 
 #include "aggregator/window_applier.h"
+#include "testing/temp_dir.h"
 
 namespace tally::aggregator {
 namespace {
@@ -17,16 +17,10 @@ using schemas::DeltaOp;
 
 class UnreadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tally-unread-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    Open();
-  }
+  void SetUp() override { Open(); }
   void TearDown() override {
     appliers_.clear();
     store_.reset();
-    fs::remove_all(dir_);
   }
   void Open() {
     appliers_.clear();
@@ -121,7 +115,8 @@ class UnreadTest : public ::testing::Test {
   }
 
   static constexpr uint32_t kParts = 4;
-  fs::path dir_;
+  testing::TempDir temp_{"unread-test"};
+  const fs::path& dir_ = temp_.path();
   std::unique_ptr<store::StateStore> store_;
   std::vector<std::unique_ptr<WindowApplier>> appliers_;
   int64_t next_offset_ = 0;
@@ -198,9 +193,9 @@ TEST_F(UnreadTest, LateNoticesCountAndRepeatedOnesAreIgnored) {
 TEST_F(UnreadTest, AFloodOfRepeatedNoticesIsCountedButLoggedOnlyAFewTimes) {
   // A producer whose notice ids restart at 1 (a second generator run).
   for (uint64_t id = 1; id <= 1000; id++) Notice(id);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   for (uint64_t id = 1; id <= 1000; id++) Notice(id);
-  std::string log = testing::internal::GetCapturedStderr();
+  std::string log = ::testing::internal::GetCapturedStderr();
   size_t lines = 0;
   for (size_t at = 0; (at = log.find("ignored, already in the list", at)) != std::string::npos;
        at++) {

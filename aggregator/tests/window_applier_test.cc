@@ -1,10 +1,11 @@
 #include "aggregator/window_applier.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
+
+#include "testing/temp_dir.h"
 
 namespace tally::aggregator {
 namespace {
@@ -15,16 +16,8 @@ using schemas::DeltaOp;
 
 class WindowApplierTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tally-wa-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    Reopen();
-  }
-  void TearDown() override {
-    store_.reset();
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { Reopen(); }
+  void TearDown() override { store_.reset(); }
   void Reopen() {
     store_.reset();
     store::StoreOptions o;
@@ -75,7 +68,8 @@ class WindowApplierTest : public ::testing::Test {
     return out[0].like;
   }
 
-  fs::path dir_;
+  testing::TempDir temp_{"wa-test"};
+  const fs::path& dir_ = temp_.path();
   std::unique_ptr<store::StateStore> store_;
 };
 

@@ -14,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "test_util.h"
+#include "testing/free_port.h"
+#include "testing/wait_for.h"
 
 namespace tally::app {
 namespace {

@@ -1,8 +1,6 @@
 // Drives the built `tally` binary: `tally broker` as a child process, then
 // `tally produce` against it, as a user would (label: integration).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,12 +12,16 @@
 #include <string>
 
 #include "base/kafka.h"
-#include "test_util.h"
+#include "testing/child_process.h"
+#include "testing/free_port.h"
+#include "testing/wait_for.h"
 
 namespace {
 
-using tally::app::testing::FreePort;
-using tally::app::testing::WaitFor;
+using tally::testing::ChildOptions;
+using tally::testing::ChildProcess;
+using tally::testing::FreePort;
+using tally::testing::WaitFor;
 
 struct RunResult {
   int exit_code = -1;
@@ -48,60 +50,14 @@ RunResult Tally(const std::string& args, const std::string& stdin_path = "/dev/n
   return r;
 }
 
-// `tally broker` as a child process with its stdout on a pipe.
-class BrokerProcess {
- public:
-  explicit BrokerProcess(int port) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      close(fds[0]);
-      close(fds[1]);
-      std::string p = std::to_string(port);
-      execl(TALLY_BINARY, TALLY_BINARY, "broker", "--port", p.c_str(), "--partitions", "4",
-            "--log-level", "warn", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fds[0];
-  }
-  ~BrokerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ >= 0) close(out_);
-  }
-
-  // The first stdout line, or "" after `timeout_ms`.
-  std::string ReadLine(int timeout_ms) {
-    std::string line;
-    pollfd p{out_, POLLIN, 0};
-    while (poll(&p, 1, timeout_ms) == 1) {
-      char c;
-      if (read(out_, &c, 1) != 1) break;
-      if (c == '\n') return line;
-      line.push_back(c);
-    }
-    return line;
-  }
-
-  // Sends `sig` and waits for the exit; the exit code, or -1.
-  int StopWith(int sig, int timeout_ms) {
-    kill(pid_, sig);
-    int status = 0;
-    bool done = WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout_ms);
-    if (!done) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-};
+// `tally broker` on `port`, its stdout on a pipe for the bootstrap line.
+ChildOptions BrokerOptions(int port) {
+  ChildOptions o;
+  o.argv = {TALLY_BINARY,   "broker", "--port",      std::to_string(port),
+            "--partitions", "4",      "--log-level", "warn"};
+  o.stdout_pipe = true;
+  return o;
+}
 
 int64_t EventsInTopic(const std::string& brokers) {
   tally::base::KafkaOptions k;
@@ -161,7 +117,8 @@ TEST(CliTest, VisibleTimeoutIsAFlagOfBothHttpCommandsAndBelowTheRequestTimeout) 
 TEST(CliTest, BrokerThenProduceLinesAndGeneratedEvents) {
   const int port = FreePort();
   const std::string brokers = "127.0.0.1:" + std::to_string(port);
-  BrokerProcess broker(port);
+  ChildProcess broker;
+  ASSERT_TRUE(broker.Start(BrokerOptions(port)).ok());
   ASSERT_EQ(broker.ReadLine(20000), "bootstrap: " + brokers);
 
   // A second broker on the same port fails plainly.

@@ -20,7 +20,7 @@
 #include "base/kafka.h"
 #include "base/log.h"
 #include "ingest/event_publisher.h"
-#include "test_util.h"
+#include "testing/free_port.h"
 
 namespace tally::app {
 namespace {

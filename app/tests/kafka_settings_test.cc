@@ -6,25 +6,29 @@
 //
 // A client built without the user's settings would not have debug=conf
 // either and print nothing: so each command's clients are also counted.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "test_util.h"
+#include "testing/child_process.h"
+#include "testing/free_port.h"
+#include "testing/temp_dir.h"
+#include "testing/wait_for.h"
 
 namespace {
 
-using tally::app::testing::FreePort;
-using tally::app::testing::WaitFor;
+using tally::testing::ChildOptions;
+using tally::testing::ChildProcess;
+using tally::testing::FreePort;
+using tally::testing::TempDir;
+using tally::testing::WaitFor;
 
 constexpr char kRack[] = "tally-settings-test-rack";
 
@@ -34,40 +38,17 @@ std::string Slurp(const std::string& path) {
 }
 
 // `tally <args>` as a child process, stdout and stderr to `log`.
-class Child {
- public:
-  Child(const std::vector<std::string>& args, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv{const_cast<char*>(TALLY_BINARY)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(TALLY_BINARY, argv.data());
-      _exit(127);
-    }
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Sends `sig` (unless 0) and waits up to `timeout_ms` for the exit; the
-  // exit code, or -1.
-  int Stop(int sig, int timeout_ms) {
-    if (sig) kill(pid_, sig);
-    int status = 0;
-    if (!WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout_ms)) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+std::unique_ptr<ChildProcess> StartTally(const std::vector<std::string>& args,
+                                         const std::string& log) {
+  ChildOptions o;
+  o.argv = {TALLY_BINARY};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.log_path = log;
+  auto child = std::make_unique<ChildProcess>();
+  tally::base::Status st = child->Start(o);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return child;
+}
 
 // client name ("tally-router#consumer-8") -> its "key = value" lines, from
 // librdkafka's "Client configuration:" dumps in a log.
@@ -91,11 +72,10 @@ std::map<std::string, std::set<std::string>> ClientConfigs(const std::string& lo
 class KafkaSettingsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/tally_kafka_settings." + std::to_string(getpid());
-    ASSERT_EQ(std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+    dir_ = temp_.path().string();
     int port = FreePort();
     brokers_ = "127.0.0.1:" + std::to_string(port);
-    broker_ = std::make_unique<Child>(
+    broker_ = StartTally(
         std::vector<std::string>{"broker", "--port", std::to_string(port), "--partitions", "2"},
         dir_ + "/broker.log");
     ASSERT_TRUE(WaitFor(
@@ -105,7 +85,7 @@ class KafkaSettingsTest : public ::testing::Test {
   }
   void TearDown() override {
     broker_.reset();
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
+    if (HasFailure()) temp_.Keep();
   }
 
   // The settings every client must show.
@@ -124,13 +104,13 @@ class KafkaSettingsTest : public ::testing::Test {
     static int n = 0;
     std::string log = dir_ + "/run" + std::to_string(n++) + ".log";
     for (const auto& a : KafkaArgs()) args.push_back(a);
-    Child c(args, log);
+    auto c = StartTally(args, log);
     if (exits_by_itself) {
-      EXPECT_EQ(c.Stop(0, 60000), 0) << Slurp(log);
+      EXPECT_EQ(c->StopWith(0, 60000), 0) << Slurp(log);
     } else {
       EXPECT_TRUE(WaitFor([&] { return ClientConfigs(Slurp(log)).size() >= clients; }, 60000))
           << Slurp(log);
-      EXPECT_EQ(c.Stop(SIGTERM, 30000), 0) << Slurp(log);
+      EXPECT_EQ(c->StopWith(SIGTERM, 30000), 0) << Slurp(log);
     }
     auto configs = ClientConfigs(Slurp(log));
     EXPECT_EQ(configs.size(), clients) << args[0] << ":\n" << Slurp(log);
@@ -146,9 +126,10 @@ class KafkaSettingsTest : public ::testing::Test {
     return names;
   }
 
+  TempDir temp_{"kafka-settings"};
   std::string dir_;
   std::string brokers_;
-  std::unique_ptr<Child> broker_;
+  std::unique_ptr<ChildProcess> broker_;
 };
 
 TEST_F(KafkaSettingsTest, EveryClientOfEveryCommandGetsTheKafkaSettings) {

@@ -1,11 +1,11 @@
-// A librdkafka mock cluster for query/ tests: topics, produce, commit,
-// read back. Test-only; every failure is a gtest failure.
+// A broker for query/ tests: an EmbeddedCluster (tally_testing) with the
+// client side these tests need: produce, commit, read back. Test-only;
+// every failure is a gtest failure. Thread model: externally synchronized.
 #pragma once
 
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
 
 #include <chrono>
 #include <cstdint>
@@ -13,6 +13,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "testing/embedded_cluster.h"
 
 namespace tally::query::testing {
 
@@ -25,27 +27,11 @@ struct ReadRecord {
 
 class MockKafka {
  public:
-  MockKafka() {
-    char err[512];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    EXPECT_NE(rk_, nullptr) << err;
-    mc_ = rd_kafka_mock_cluster_new(rk_, 1);
-    EXPECT_NE(mc_, nullptr);
-  }
-  ~MockKafka() {
-    if (mc_) rd_kafka_mock_cluster_destroy(mc_);
-    if (rk_) rd_kafka_destroy(rk_);
-  }
-  MockKafka(const MockKafka&) = delete;
-  MockKafka& operator=(const MockKafka&) = delete;
-
-  std::string brokers() const { return rd_kafka_mock_cluster_bootstraps(mc_); }
+  std::string brokers() const { return cluster_.bootstrap(); }
 
   void CreateTopic(const std::string& topic, int partitions) {
-    ASSERT_EQ(rd_kafka_mock_topic_create(mc_, topic.c_str(), partitions, 1),
-              RD_KAFKA_RESP_ERR_NO_ERROR);
+    base::Status st = cluster_.CreateTopic(topic, partitions);
+    ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
   // Produces `n` records to topic/partition and waits for their acks.
@@ -135,8 +121,7 @@ class MockKafka {
     return rk;
   }
 
-  rd_kafka_t* rk_ = nullptr;
-  rd_kafka_mock_cluster_t* mc_ = nullptr;
+  ::tally::testing::EmbeddedCluster cluster_;
 };
 
 }  // namespace tally::query::testing

@@ -3,33 +3,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "schemas/delta.h"
 #include "store/state_store.h"
+#include "testing/temp_dir.h"
 
 namespace tally::query::testing {
 
-// A directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("tally-query-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() +
-             "-" + info->name());
-    std::filesystem::remove_all(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+// The query tests name it testing::TempDir from inside tally::query.
+using ::tally::testing::TempDir;
 
 inline constexpr uint32_t kTestPartitions = 4;
 

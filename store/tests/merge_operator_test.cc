@@ -1,12 +1,12 @@
 // The merge operator through RocksDB itself: operands merged in memtables,
 // across flushes and by compaction give the value of applying them in order.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <random>
 
 #include "store/state_store.h"
+#include "testing/temp_dir.h"
 
 namespace tally::store {
 namespace {
@@ -14,8 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(MergeOperatorTest, CountersMatchSequentialApplicationAcrossFlushesAndCompaction) {
-  fs::path dir = fs::temp_directory_path() / ("tally-merge-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  testing::TempDir temp("merge-test");
+  const fs::path& dir = temp.path();
   StoreOptions o;
   o.dir = dir.string();
   o.partitions = 1;
@@ -55,7 +55,6 @@ TEST(MergeOperatorTest, CountersMatchSequentialApplicationAcrossFlushesAndCompac
   ASSERT_TRUE(store->CompactAll().ok());
   check();
   store.reset();
-  fs::remove_all(dir);
 }
 
 }  // namespace

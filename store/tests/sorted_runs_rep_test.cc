@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing/temp_dir.h"
+
 namespace tally::store {
 namespace {
 
@@ -44,17 +46,9 @@ class ConcatOperator : public rocksdb::AssociativeMergeOperator {
 
 class SortedRunsRepTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tally_sorted_runs_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
   void TearDown() override {
     model_.reset();
     runs_.reset();
-    fs::remove_all(dir_);
   }
 
   rocksdb::Options MakeOptions(bool sorted_runs) {
@@ -82,7 +76,8 @@ class SortedRunsRepTest : public ::testing::Test {
     runs_.reset(db);
   }
 
-  fs::path dir_;
+  testing::TempDir temp_{"sorted-runs"};
+  const fs::path& dir_ = temp_.path();
   std::unique_ptr<rocksdb::DB> model_;  // RocksDB's skip list
   std::unique_ptr<rocksdb::DB> runs_;   // the one under test
 };

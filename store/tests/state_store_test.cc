@@ -1,7 +1,6 @@
 #include "store/state_store.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -9,6 +8,8 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+
+#include "testing/temp_dir.h"
 
 namespace tally::store {
 namespace {
@@ -18,14 +19,10 @@ namespace fs = std::filesystem;
 class StateStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tally-store-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     options_.dir = dir_.string();
     options_.partitions = 4;
     options_.block_cache_bytes = 8 << 20;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<StateStore> OpenOrDie() {
     auto s = StateStore::Open(options_);
@@ -33,7 +30,8 @@ class StateStoreTest : public ::testing::Test {
     return std::move(s).value();
   }
 
-  fs::path dir_;
+  testing::TempDir temp_{"store-test"};
+  const fs::path& dir_ = temp_.path();
   StoreOptions options_;
 };
 

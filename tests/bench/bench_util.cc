@@ -1,12 +1,10 @@
 #include "bench_util.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <fmt/core.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,10 +18,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <fmt/core.h>
-
-extern char** environ;
 
 namespace tally::bench {
 
@@ -80,6 +74,8 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+int Millis(double seconds) { return static_cast<int>(seconds * 1000); }
+
 uint64_t StatusField(pid_t pid, const char* field) {
   std::string s = ReadFile(fmt::format("/proc/{}/status", pid));
   size_t at = s.find(field);
@@ -88,22 +84,6 @@ uint64_t StatusField(pid_t pid, const char* field) {
 }
 
 }  // namespace
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 bool WaitForPort(int port, double timeout_s) {
   auto t0 = Clock::now();
@@ -118,70 +98,22 @@ bool WaitForPort(int port, double timeout_s) {
   return false;
 }
 
-Process::~Process() {
-  if (pid_ > 0 && status_ == -1) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-}
-
 Status Process::Start(const std::vector<std::string>& argv, const std::string& log_path,
                       const std::string& stdout_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (stdout_path.empty()) {
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);
-  } else {
-    posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  }
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  int rc = posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    pid_ = -1;
-    return Status::IOError(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
-  }
-  status_ = -1;
-  return Status::Ok();
+  testing::ChildOptions o;
+  o.argv = argv;
+  o.log_path = log_path;
+  o.stdout_path = stdout_path;
+  return child_.Start(o);
 }
 
-bool Process::running() {
-  if (pid_ <= 0 || status_ != -1) return false;
-  int st = 0;
-  pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r == pid_) {
-    status_ = st;
-    return false;
-  }
-  return true;
-}
+int Process::Wait(double timeout_s) { return child_.Wait(Millis(timeout_s)).value_or(-1); }
 
-int Process::Wait(double timeout_s) {
-  auto t0 = Clock::now();
-  while (running()) {
-    if (SecondsSince(t0) > timeout_s) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return status_;
-}
-
-int Process::Stop(double grace_s) {
-  if (!running()) return status_;
-  ::kill(pid_, SIGTERM);
-  if (Wait(grace_s) == -1) {
-    ::kill(pid_, SIGKILL);
-    Wait(grace_s);
-  }
-  return status_;
-}
+int Process::Stop(double grace_s) { return child_.Terminate(Millis(grace_s)); }
 
 double Process::CpuSeconds() const {
-  if (pid_ <= 0) return 0;
-  std::string s = ReadFile(fmt::format("/proc/{}/stat", pid_));
+  if (pid() <= 0) return 0;
+  std::string s = ReadFile(fmt::format("/proc/{}/stat", pid()));
   size_t rp = s.rfind(')');
   if (rp == std::string::npos) return 0;
   std::istringstream in(s.substr(rp + 2));
@@ -196,8 +128,8 @@ double Process::CpuSeconds() const {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-uint64_t Process::RssBytes() const { return pid_ > 0 ? StatusField(pid_, "VmRSS:") : 0; }
-uint64_t Process::PeakRssBytes() const { return pid_ > 0 ? StatusField(pid_, "VmHWM:") : 0; }
+uint64_t Process::RssBytes() const { return pid() > 0 ? StatusField(pid(), "VmRSS:") : 0; }
+uint64_t Process::PeakRssBytes() const { return pid() > 0 ? StatusField(pid(), "VmHWM:") : 0; }
 
 Result<std::string> RunCapture(const std::vector<std::string>& argv, const std::string& log_path,
                                double timeout_s) {

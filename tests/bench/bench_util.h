@@ -1,7 +1,8 @@
 // bench_util: the pieces tally-bench is made of. Child processes (tally,
-// redis-server, wrk, redis-benchmark) with their CPU and memory read from
-// /proc, a small blocking HTTP/1.1 client, a pipelined RESP writer for the
-// Redis baselines, and latency percentiles.
+// redis-server, wrk, redis-benchmark; started and stopped by tally_testing's
+// ChildProcess) with their CPU and memory read from /proc, a small blocking
+// HTTP/1.1 client, a pipelined RESP writer for the Redis baselines, and
+// latency percentiles.
 //
 // Thread model: every class is externally synchronized unless it says
 // otherwise.
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "testing/child_process.h"
+#include "testing/free_port.h"
 
 namespace tally::bench {
 
@@ -25,8 +28,8 @@ inline double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A loopback TCP port nobody listens on right now.
-int FreePort();
+// A loopback TCP port nobody listens on right now (tally_testing's).
+using ::tally::testing::FreePort;
 
 // True once something accepts TCP connections on 127.0.0.1:port, waiting at
 // most `timeout_s`.
@@ -38,18 +41,18 @@ bool WaitForPort(int port, double timeout_s);
 class Process {
  public:
   Process() = default;
-  ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
   base::Status Start(const std::vector<std::string>& argv, const std::string& log_path,
                      const std::string& stdout_path = {});
-  pid_t pid() const { return pid_; }
-  bool running();
+  pid_t pid() const { return child_.pid(); }
+  bool running() { return child_.Running(); }
   // SIGTERM, then SIGKILL after `grace_s`. Returns the exit status as
   // waitpid() gives it, or -1.
   int Stop(double grace_s = 10);
-  // Waits for the child to exit on its own; -1 on timeout (child left running).
+  // Waits for the child to exit on its own: its exit status as waitpid()
+  // gives it; -1 on timeout (child left running).
   int Wait(double timeout_s);
 
   // user+system CPU seconds so far (from /proc/PID/stat; 0 once reaped).
@@ -59,8 +62,7 @@ class Process {
   uint64_t PeakRssBytes() const;
 
  private:
-  pid_t pid_ = -1;
-  int status_ = -1;
+  testing::ChildProcess child_;
 };
 
 // Runs argv to completion, returning its stdout (stderr goes to `log_path`).

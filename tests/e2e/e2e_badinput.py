@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import e2e_counts  # noqa: E402
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -330,12 +330,12 @@ def main():
         log("bad-input kinds and tally's reasons:")
         for kind, size, reason, how in rows:
             log("  %-44s %8d B  %-9s %s" % (kind, size, how, reason[:90]))
-        e2e_counts.check_invalid_logged(h, client, len(expected_dlq))
+        checks.check_invalid_logged(h, client, len(expected_dlq))
         h.checkpoint("tally.dlq: %d malformed records of %d kinds, counted and logged" % (
             len(expected_dlq), len(set(kinds))))
 
         # 2. Every valid neighbour applied, nothing else: counts = model.
-        e2e_counts.check_counts(h, client, w.model, extra_posts=[1000, 2**63 - 1], views=False)
+        checks.check_counts(h, client, w.model, extra_posts=[1000, 2**63 - 1], views=False)
         h.checkpoint("counts equal the model (%d valid events, %d oddities)" % (len(valid), len(odd)))
 
         h.check(up.alive(), "tally up exited (status %s) after the malformed records" % up.returncode())

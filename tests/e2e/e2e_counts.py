@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -27,8 +28,7 @@ from tallyctl import log  # noqa: E402
 N_EVENTS = 5000
 N_POSTS = 300
 N_USERS = 200
-BATCH = 200
-FRESH = 900_000  # ids above the workload's, for the POST /v1/events checks
+FRESH = checks.FRESH  # ids above the workload's, for the POST /v1/events checks
 
 
 def is_error_shape(reply, status):
@@ -44,89 +44,6 @@ def is_error_shape(reply, status):
             and isinstance(err["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", err["code"]) is not None
             and isinstance(err["message"], str) and "\n" not in err["message"]
             and reply.headers.get("content-type", "").startswith("application/json"))
-
-
-def check_counts(h, client, model, extra_posts=(), extra_users=(), views=True):
-    post_ids = sorted(model.post_ids | set(extra_posts))
-    user_ids = sorted(model.user_ids | set(extra_users))
-    log("comparing %d posts, %d users, %d like edges with the model" % (
-        len(post_ids), len(user_ids), len(model.like_pairs)))
-
-    for i, p in enumerate(post_ids):
-        r = client.get("/v1/posts/%d/counts" % p)
-        want = model.post_counts(p)
-        if h.check(r.status == 200, "GET /v1/posts/%d/counts: %r" % (p, r)):
-            got = r.json()
-            h.check(got == want, "post %d: got %s, want %s" % (p, json.dumps(got), json.dumps(want)))
-            if i == 0:
-                ct = r.headers.get("content-type", "")
-                h.check(ct.startswith("application/json"), "counts Content-Type is %r" % ct)
-
-    for i in range(0, len(post_ids), BATCH):
-        chunk = post_ids[i:i + BATCH]
-        path = "/v1/posts/counts?ids=" + ",".join(str(p) for p in chunk)
-        r = client.get(path)
-        if not h.check(r.status == 200, "GET /v1/posts/counts?ids=<%d ids from %d>: %r" % (len(chunk), chunk[0], r)):
-            continue
-        got = r.json()
-        want = {"posts": [model.post_counts(p) for p in chunk]}
-        if got != want:
-            bad = [(w, g) for w, g in zip(want["posts"], got.get("posts", [])) if w != g][:5]
-            h.check(False, "batch of %d posts from %d differs (%d answered): first differences (want, got) %s" % (
-                len(chunk), chunk[0], len(got.get("posts", [])), bad))
-
-    unread_keys = {"user_id", "mention", "comment", "like", "repost", "dm", "follower", "notice", "feed",
-                   "red_dots"}
-    for u in user_ids:
-        r = client.get("/v1/users/%d/counts" % u)
-        want = model.user_counts(u)
-        if h.check(r.status == 200, "GET /v1/users/%d/counts: %r" % (u, r)):
-            got = r.json()
-            h.check(got == want, "user %d: got %s, want %s" % (u, json.dumps(got), json.dumps(want)))
-        r = client.get("/v1/users/%d/unread" % u)
-        if h.check(r.status == 200, "GET /v1/users/%d/unread: %r" % (u, r)):
-            got = r.json()
-            h.check(set(got) == unread_keys and got.get("user_id") == u and isinstance(got.get("red_dots"), dict),
-                    "GET /v1/users/%d/unread has the wrong shape: %s" % (u, r.text()))
-            want_u = model.unread_counts(u)
-            got_u = {k: got.get(k) for k in event_model.UNREAD_CHECKED}
-            h.check(got_u == want_u, "user %d unread: got %s, want %s" % (u, got_u, want_u))
-
-    pairs = sorted(model.like_pairs)
-    rng = h.rng
-    never = [(rng.choice(post_ids), FRESH + rng.randrange(1000)) for _ in range(30)]
-    for p, u in pairs + never:
-        r = client.get("/v1/posts/%d/likes/%d" % (p, u))
-        want = {"liked": model.liked(p, u)}
-        if h.check(r.status == 200, "GET /v1/posts/%d/likes/%d: %r" % (p, u, r)):
-            h.check(r.json() == want, "like edge (%d, %d): got %s, want %s" % (p, u, r.text(), json.dumps(want)))
-
-    viewed = sorted(model.viewed)
-    sample = rng.sample(viewed, min(200, len(viewed))) if views else []
-    for p, u in sample:
-        r = client.get("/v1/posts/%d/views/%d" % (p, u))
-        if not h.check(r.status == 200, "GET /v1/posts/%d/views/%d: %r" % (p, u, r)):
-            break  # one line is enough when the endpoint is missing
-        h.check(r.json() == {"viewed": True}, "viewed (%d, %d): got %s, want {\"viewed\":true} (never false wrongly)"
-                % (p, u, r.text()))
-
-
-def check_invalid_logged(h, client, n):
-    """Every invalid record is counted, and the log names each one with its
-    partition and offset until a flood: then the first 10 of 10 s, the last
-    of them saying that the next ones are left out."""
-    counted = tallyctl.metric(client, "tally_router_invalid_total")
-    h.check(counted == n, "tally_router_invalid_total is %s, %d invalid records were sent" % (counted, n))
-    lines = tallyctl.log_lines(h.path("up.log"), "invalid record topic=")
-    h.check(min(n, 10) <= len(lines) <= n and all("partition=" in l and "offset=" in l for l in lines),
-            "%d 'invalid record' lines in up.log for %d invalid records:\n  %s" % (
-                len(lines), n, "\n  ".join(lines[:12])))
-    # The records of these tests are routed within a few seconds, inside one
-    # 10 s period: past 10, the rest are left out, and the log says so.
-    if n > 10:
-        h.check(len(lines) < n and any("the next ones are left out" in l for l in lines),
-                "up.log names %d of %d invalid records routed within seconds (want 10, the last saying that "
-                "the next ones are left out)" % (len(lines), n))
 
 
 def check_dlq(h, brokers, invalid):
@@ -278,17 +195,17 @@ def main():
 
         unseen_posts = [FRESH + 500 + i for i in range(5)]
         unseen_users = [FRESH + 600 + i for i in range(5)]
-        check_counts(h, client, w.model, unseen_posts, unseen_users)
+        checks.check_counts(h, client, w.model, unseen_posts, unseen_users)
         h.checkpoint("counts after %d events" % N_EVENTS)
 
         check_dlq(h, brokers, invalid)
-        check_invalid_logged(h, client, len(invalid))
+        checks.check_invalid_logged(h, client, len(invalid))
         check_errors(h, client)
         check_post_events(h, client, w.model)
         h.checkpoint("dead letters, their log lines, errors and POST /v1/events")
 
         # Everything still matches after the POSTed events (nothing else moved).
-        check_counts(h, client, w.model, views=False)
+        checks.check_counts(h, client, w.model, views=False)
         h.checkpoint("counts after POST /v1/events")
 
         rc, clean = up.stop(grace=30)

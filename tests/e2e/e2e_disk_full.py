@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import e2e_crash  # noqa: E402
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -150,7 +150,7 @@ def main():
             up, client = start("up.log", RESERVE_MB)
             publish(3000)
             tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            e2e_crash.compare_with_model(h, client, w.model, "before the disk fills")
+            checks.compare_with_model(h, client, w.model, "before the disk fills")
             h.checkpoint("before the disk fills")
 
             # ---- round 1: below the reserve -------------------------------------
@@ -187,7 +187,7 @@ def main():
             tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
             h.check(len(tallyctl.log_lines(h.path("up.log"), RESUMED_LINE)) == 1,
                     "expected one line saying applying resumes")
-            e2e_crash.compare_with_model(h, client, w.model, "after the reserve's full disk")
+            checks.compare_with_model(h, client, w.model, "after the reserve's full disk")
             rc, clean = up.stop(grace=30)
             h.check(clean and rc == 0, "tally up on SIGTERM after the full disk: exit %s" % rc)
             check_no_abort(h, "up.log")
@@ -220,7 +220,7 @@ def main():
             log("filler removed: %.1f MiB free" % (free_bytes(state) / 2**20))
             tallyctl.wait_healthy(client, timeout=60, proc=up)
             tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            e2e_crash.compare_with_model(h, client, w.model, "after RocksDB's full disk")
+            checks.compare_with_model(h, client, w.model, "after RocksDB's full disk")
             check_no_abort(h, "up-2.log")
             h.checkpoint("round 2: RocksDB out of space, then freed")
 
@@ -263,7 +263,7 @@ def main():
                 up, client = start("up-5.log", RESERVE_MB)
             tallyctl.wait_healthy(client, timeout=60, proc=up)
             tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            e2e_crash.compare_with_model(h, client, w.model, "after a restart on the full disk")
+            checks.compare_with_model(h, client, w.model, "after a restart on the full disk")
             rc, clean = up.stop(grace=30)
             h.check(clean and rc == 0, "tally up on SIGTERM at the end: exit %s" % rc)
             h.checkpoint("round 3: restart on the full disk, then freed")

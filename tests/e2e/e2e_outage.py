@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import e2e_crash  # noqa: E402
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -62,7 +62,7 @@ def stream_under_way(h, brokers, w, up, client, seed, seconds, applied):
     of KCAT_EVENTS/2 new events over `seconds`, and returns (records, feeder)
     once the pipeline has applied `applied` more input records."""
     records = w.stream(KCAT_EVENTS // 2)
-    feeder = e2e_crash.Feeder(h, brokers, records, seed, seconds, kcat_extra=["-E"])
+    feeder = checks.Feeder(h, brokers, records, seed, seconds, kcat_extra=["-E"])
     feeder.start()
     before = tallyctl.applied_offsets(tallyctl.watermarks(client))
     tallyctl.wait_until("the pipeline to apply %d records of the new stream" % applied,
@@ -84,7 +84,7 @@ def restart_and_compare(h, brokers, w, feeder, total, log_name, what):
     report = tallyctl.wait_lag_zero(client, timeout=180, proc=up, min_input_end=total)
     h.check(tallyctl.end_offsets(report) == total, "%s holds %d records after the restart; %d were published" % (
         tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total))
-    e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w), what)
+    checks.compare_with_model(h, client, checks.model_as_logged(h, brokers, w), what)
     return up, client
 
 
@@ -99,7 +99,7 @@ def main():
         accepted = 0  # valid events published through HTTP (202)
 
         # -E: kcat keeps its records through the outage instead of exiting.
-        feeder = e2e_crash.Feeder(h, brokers, records, h.seed + 1, FEED_SECONDS, kcat_extra=["-E"])
+        feeder = checks.Feeder(h, brokers, records, h.seed + 1, FEED_SECONDS, kcat_extra=["-E"])
         feeder.start()
         for _ in range(3):
             batch = post_batch(w)
@@ -111,9 +111,9 @@ def main():
         time.sleep(h.rng.uniform(1.0, 3.0))  # a random moment mid-stream
         # ... while a kcat still has records to take: between two chunks the
         # feeder waits for the last kcat to flush, which an outage holds up.
-        chunk = (len(records) + e2e_crash.N_CHUNKS - 1) // e2e_crash.N_CHUNKS
+        chunk = (len(records) + checks.N_CHUNKS - 1) // checks.N_CHUNKS
         tallyctl.wait_until("the feeder to be inside a chunk", lambda: 0 < feeder.written % chunk <= chunk - 2 *
-                            e2e_crash.SLICE, timeout=60)
+                            checks.SLICE, timeout=60)
 
         # ---- the outage ------------------------------------------------------
         written_at_down = feeder.written
@@ -190,7 +190,7 @@ def main():
         h.check(tallyctl.end_offsets(report) == total, "%s holds %d records; %d were published (%d by kcat, %d "
                 "accepted over HTTP)" % (tallyctl.EVENTS_TOPIC, tallyctl.end_offsets(report), total, len(records),
                                          accepted))
-        e2e_crash.compare_with_model(h, client, e2e_crash.model_as_logged(h, brokers, w),
+        checks.compare_with_model(h, client, checks.model_as_logged(h, brokers, w),
                                      "after a %.0f s broker outage" % down_for)
         h.checkpoint("every count after the outage")
 

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import e2e_counts  # noqa: E402
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -45,7 +45,7 @@ def main():
         tallyctl.publish(h.kcat, brokers, [(r.key, r.value) for r in first])
         published = len(first)
         tallyctl.wait_lag_zero(client, timeout=180, proc=serve, min_input_end=published)
-        e2e_counts.check_counts(h, client, w.model)
+        checks.check_counts(h, client, w.model)
         h.checkpoint("serve follows router + applier processes (%d records)" % published)
 
         def kill_mid_stream(role, proc, published):
@@ -58,7 +58,7 @@ def main():
             proc.kill9()
             proc = aggregate(h, brokers, role, "%s-2.log" % role)
             tallyctl.wait_lag_zero(client, timeout=180, proc=proc, min_input_end=published)
-            e2e_counts.check_counts(h, client, w.model, views=False)
+            checks.check_counts(h, client, w.model, views=False)
             h.checkpoint("after the %s was SIGKILLed and restarted" % role)
             return proc, published
 

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import e2e_crash  # noqa: E402
+import checks  # noqa: E402
 import event_model  # noqa: E402
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
@@ -66,7 +66,7 @@ def main():
 
         publish(3000)
         tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-        e2e_crash.compare_with_model(h, client, w.model, "before the fault")
+        checks.compare_with_model(h, client, w.model, "before the fault")
         before = snapshot(client, w.model)
         h.checkpoint("before the fault")
 
@@ -109,7 +109,7 @@ def main():
         h.check(len(resumed) == 1, "expected one line saying the applier resumed, found %d" % len(resumed))
         for l in resumed:
             log("up.log: %s" % l[:260])
-        lost, doubled = e2e_crash.compare_with_model(h, client, w.model, "after the store fault cleared")
+        lost, doubled = checks.compare_with_model(h, client, w.model, "after the store fault cleared")
         h.check(up.alive(), "tally up exited during the fault")
         h.checkpoint("round 1: writes failed for %.0f s, then recovered" % args.fault_seconds)
 
@@ -124,7 +124,7 @@ def main():
         del os.environ["TALLY_STORE_FAULT_FILE"]
         up, client = h.start_up(brokers, h.path("state"), tallyctl.free_port(), partitions=4, log_name="up-2.log")
         tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-        lost2, doubled2 = e2e_crash.compare_with_model(h, client, w.model, "after a SIGKILL during the fault")
+        lost2, doubled2 = checks.compare_with_model(h, client, w.model, "after a SIGKILL during the fault")
         h.checkpoint("round 2: SIGKILL while writes failed, restart")
 
         rc, clean = up.stop(grace=30)

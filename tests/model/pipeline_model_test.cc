@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <thread>
@@ -31,6 +31,8 @@
 #include "schemas/deltas_position.h"
 #include "schemas/event.h"
 #include "store/state_store.h"
+#include "testing/embedded_cluster.h"
+#include "testing/temp_dir.h"
 
 namespace tally {
 namespace {
@@ -161,24 +163,17 @@ class PipelineModelTest : public ::testing::Test {
     std::printf("TALLY_MODEL_SEED=%llu\n", static_cast<unsigned long long>(seed_));
     rng_.seed(seed_);
 
-    char err[256];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    mock_rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    ASSERT_NE(mock_rk_, nullptr) << err;
-    mock_ = rd_kafka_mock_cluster_new(mock_rk_, 1);
-    ASSERT_NE(mock_, nullptr);
+    cluster_ = std::make_unique<testing::EmbeddedCluster>(1);
+    mock_ = cluster_->mock();
     for (const char* t : {"tally.events", "tally.deltas", "tally.dlq"}) {
-      ASSERT_EQ(rd_kafka_mock_topic_create(mock_, t, kPartitions, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+      base::Status st = cluster_->CreateTopic(t, kPartitions);
+      ASSERT_TRUE(st.ok()) << st.ToString();
     }
-    kafka_.brokers = rd_kafka_mock_cluster_bootstraps(mock_);
+    kafka_.brokers = cluster_->bootstrap();
     kafka_.embedded = true;
     kafka_.overrides.push_back({"log_level", "3"});
 
-    dir_ = fs::temp_directory_path() / ("tally-model-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    store_ = OpenStore(dir_ / "live");
+    store_ = OpenStore(dir_.path() / "live");
 
     auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka_, {{"linger.ms", "2"}, {"enable.idempotence", "true"}});
     ASSERT_TRUE(pconf.ok());
@@ -191,12 +186,11 @@ class PipelineModelTest : public ::testing::Test {
     StopPipeline();
     store_.reset();
     producer_.reset();
-    if (mock_) rd_kafka_mock_cluster_destroy(mock_);
+    cluster_.reset();
+    mock_ = nullptr;
     // A router that gave up at stop destroys its consumer in the background;
     // with the cluster gone, that ends.
     EXPECT_EQ(base::AwaitBackgroundDestroys(30000), 0);
-    if (mock_rk_) rd_kafka_destroy(mock_rk_);
-    fs::remove_all(dir_);
     if (HasFailure()) std::printf("reproduce with TALLY_MODEL_SEED=%llu\n", static_cast<unsigned long long>(seed_));
   }
 
@@ -629,8 +623,8 @@ class PipelineModelTest : public ::testing::Test {
       aggregator::ReplayOptions ro;
       ro.kafka = kafka_;
       ro.from_input = from_input;
-      const fs::path d_dir = dir_ / ((from_input ? "triage-input-" : "triage-deltas-") +
-                                     std::to_string(triages_++));
+      const fs::path d_dir = dir_.path() / ((from_input ? "triage-input-" : "triage-deltas-") +
+                                            std::to_string(triages_++));
       fs::remove_all(d_dir);
       auto rebuilt = OpenStore(d_dir);
       if (!rebuilt) return out;
@@ -654,11 +648,11 @@ class PipelineModelTest : public ::testing::Test {
   uint64_t counter_ = 0;
   int invalid_ = 0;
   int triages_ = 0;
-  rd_kafka_t* mock_rk_ = nullptr;
-  rd_kafka_mock_cluster_t* mock_ = nullptr;
+  std::unique_ptr<testing::EmbeddedCluster> cluster_;
+  rd_kafka_mock_cluster_t* mock_ = nullptr;  // cluster_'s, for fault injection
   base::KafkaOptions kafka_;
   base::KafkaHandle producer_;
-  fs::path dir_;
+  testing::TempDir dir_{"model"};
   std::unique_ptr<store::StateStore> store_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
@@ -678,7 +672,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   PublishEvents(1500, true);
   StopPipeline();
   store_.reset();
-  store_ = OpenStore(dir_ / "live");
+  store_ = OpenStore(dir_.path() / "live");
   ASSERT_NE(store_, nullptr);
   rng_seeded_flush_ = rng_();
   StartPipeline();
@@ -733,7 +727,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   // Replay from tally.deltas into an empty directory gives the same state.
   aggregator::ReplayOptions ro;
   ro.kafka = kafka_;
-  auto rebuilt = OpenStore(dir_ / "replay");
+  auto rebuilt = OpenStore(dir_.path() / "replay");
   std::atomic<bool> never{false};
   auto st = aggregator::Replay(ro, rebuilt.get(), &never);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -750,7 +744,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   // the increments around it come from different input partitions, whose
   // interleaving a re-derivation may change (SPEC section 2, "Order").
   ro.from_input = true;
-  auto derived = OpenStore(dir_ / "from-input");
+  auto derived = OpenStore(dir_.path() / "from-input");
   st = aggregator::Replay(ro, derived.get(), &never);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(Diff(derived.get(), /*include_unread=*/false), "");

@@ -3,8 +3,6 @@
 // a partition, which is how the log is truncated here.
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -14,6 +12,8 @@
 #include "base/log.h"
 #include "schemas/delta.h"
 #include "store/state_store.h"
+#include "testing/embedded_cluster.h"
+#include "testing/temp_dir.h"
 
 namespace tally {
 namespace {
@@ -22,15 +22,10 @@ namespace fs = std::filesystem;
 
 TEST(ReplayTruncatedTest, RefusesALogThatNoLongerStartsAtZeroUnlessAllowed) {
   base::SetLogLevel(base::LogLevel::kError);
-  char err[256];
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  ASSERT_NE(rk, nullptr);
-  rd_kafka_mock_cluster_t* mock = rd_kafka_mock_cluster_new(rk, 1);
-  ASSERT_EQ(rd_kafka_mock_topic_create(mock, "tally.deltas", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  testing::EmbeddedCluster cluster(1);
+  ASSERT_TRUE(cluster.CreateTopic("tally.deltas", 1).ok());
   base::KafkaOptions kafka;
-  kafka.brokers = rd_kafka_mock_cluster_bootstraps(mock);
+  kafka.brokers = cluster.bootstrap();
   kafka.overrides = {{"log_level", "0"}};
 
   // ~8 MiB of valid delta batches: the broker drops the oldest.
@@ -64,8 +59,8 @@ TEST(ReplayTruncatedTest, RefusesALogThatNoLongerStartsAtZeroUnlessAllowed) {
     ASSERT_GT((*wm)[0].low, 0) << "the broker kept everything; the test needs a truncated log";
   }
 
-  fs::path dir = fs::temp_directory_path() / ("tally-replay-truncated-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  testing::TempDir temp("replay-truncated");
+  const fs::path& dir = temp.path();
   store::StoreOptions so;
   so.dir = (dir / "a").string();
   so.partitions = 1;
@@ -93,9 +88,6 @@ TEST(ReplayTruncatedTest, RefusesALogThatNoLongerStartsAtZeroUnlessAllowed) {
     EXPECT_GT(out[0].view, 0);
     EXPECT_LT(out[0].view, 800) << "what retention removed cannot be counted";
   }
-  fs::remove_all(dir);
-  rd_kafka_mock_cluster_destroy(mock);
-  rd_kafka_destroy(rk);
 }
 
 }  // namespace
