@@ -32,11 +32,11 @@ struct RouteMatch;
 using RouteHandler = Response (QueryService::*)(const Request&, const RouteMatch&);
 
 struct Route {
-  std::string_view name;     // the route label of the HTTP metrics
+  std::string_view name;  // the route label of the HTTP metrics
   // "/v1/posts/{post_id}/counts": at most kMaxRouteParams {names}; a
   // {..._id} is a canonical id, parsed by the dispatcher.
   std::string_view pattern;
-  std::string_view method;   // the one method the route answers; others get 405
+  std::string_view method;  // the one method the route answers; others get 405
   RouteHandler handler;
   bool may_block = false;          // may wait on a broker: answered off the I/O threads
   bool rate_limit_exempt = false;  // never rate limited (probes and scrapers)

@@ -42,7 +42,7 @@ N_POSTS = 120
 N_USERS = 90
 TS = event_model.TS0 + 5
 MIB = 1 << 20
-FRESH = 900_000  # user ids above the workload's
+FRESH = checks.FRESH  # user ids above the workload's
 
 # Record and key delimiters for kcat -P: byte sequences no test record holds.
 _REC_DELIM = b"\x1e\x1d\x1e\x1d"

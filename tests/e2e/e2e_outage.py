@@ -22,7 +22,6 @@ clients POST /v1/events to `tally up`. Then:
   python3 e2e_outage.py --tally build/tally [--seed N] [--down-seconds 10]
 """
 
-import json
 import os
 import sys
 import threading

@@ -17,7 +17,6 @@ MANIFEST) fails while that file exists, as on a full or failing disk.
   python3 e2e_store_fault.py --tally build/tally [--seed N] [--fault-seconds 8]
 """
 
-import json
 import os
 import sys
 import time
