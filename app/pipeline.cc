@@ -226,7 +226,14 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   kafka->embedded = info.identity.embedded;
-  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, *kafka, {{"client.id", "tally-admin"}});
+  // A producer's metadata request for a missing topic asks the broker to
+  // create it (librdkafka's producer default, allow.auto.create.topics=true),
+  // with the broker's defaults: EnsureTopics' look-up must not, or
+  // tally.deltas could get the broker's partition count before
+  // CreateTopics runs.
+  auto conf =
+      base::MakeKafkaConf(RD_KAFKA_PRODUCER, *kafka,
+                          {{"client.id", "tally-admin"}, {"allow.auto.create.topics", "false"}});
   if (!conf.ok()) return conf.status();
   auto admin = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
   if (!admin.ok()) return admin.status();
