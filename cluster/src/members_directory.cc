@@ -53,6 +53,13 @@ base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
   base::ProducerSettings ps;
   ps.client_id = "tally-members-" + o.member;
   ps.linger_ms = 0;  // a record at a time, every few seconds: nothing to batch
+  if (!o.kafka.embedded) {
+    // A producer's metadata request for a missing topic has Kafka create it
+    // (when the broker allows that, as it does by default) with the broker's
+    // defaults: not compacted. EnsureTopics looks the topic up before it
+    // creates it; that look-up must not create it.
+    ps.extra["allow.auto.create.topics"] = "false";
+  }
   MembersDirectory* self = d.get();
   ps.on_delivery = [self](const rd_kafka_message_t& m) {
     if (m.err == RD_KAFKA_RESP_ERR_NO_ERROR) return;

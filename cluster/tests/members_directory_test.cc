@@ -337,6 +337,17 @@ TEST_F(MembersDirectoryTest, WorksOnATopicTheEmbeddedBrokerMadeItself) {
   }
 }
 
+TEST_F(MembersDirectoryTest, StartsThroughTheRealClusterPath) {
+  // As against a real cluster: the topic is looked up and created through
+  // the admin API (the mock makes it on the look-up already, so this checks
+  // the path and its settings, not the compaction).
+  kafka_.embedded = false;
+  auto a = StartMember("a");
+  ASSERT_TRUE(a);
+  a->Publish(Info({1}, 1));
+  ASSERT_TRUE(a->WaitFor([](const auto& live) { return Has(live, "a"); }, kSeeMs));
+}
+
 TEST_F(MembersDirectoryTest, StopIsBoundedWithTheBrokerDown) {
   CreateTopic();
   auto a = StartMember("a");

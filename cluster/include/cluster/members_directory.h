@@ -28,7 +28,8 @@
 // passes nobody else owns its partitions anyway.
 //
 // The topic: on a real cluster Start() creates it (base::EnsureTopics: one
-// partition, cleanup.policy=compact). The embedded broker (librdkafka's
+// partition, cleanup.policy=compact), with a producer that does not let its
+// metadata look-ups auto-create it uncompacted first. The embedded broker (librdkafka's
 // mock cluster) creates unknown topics on first use with 4 partitions and
 // compacts nothing; records are written to and read from partition 0 only,
 // so the view is the same either way, and an uncompacted log only costs
