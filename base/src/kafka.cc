@@ -303,11 +303,20 @@ Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int 
   for (const auto& t : topics) {
     auto existing = PartitionCount(rk, t, timeout_ms);
     if (existing.ok()) continue;
-    int np = t == kMetaTopic ? 1 : partitions;
+    int np = t == kMetaTopic || t == kMembersTopic ? 1 : partitions;
     rd_kafka_NewTopic_t* nt = rd_kafka_NewTopic_new(t.c_str(), np, replication_factor, err, sizeof(err));
     if (!nt) {
       for (auto* x : news) rd_kafka_NewTopic_destroy(x);
       return Status::InvalidArgument(fmt::format("topic {}: {}", t, err));
+    }
+    // Readers keep the latest record per member; compaction keeps the log
+    // as short as the member list.
+    if (t == kMembersTopic) {
+      if (auto e = rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact")) {
+        rd_kafka_NewTopic_destroy(nt);
+        for (auto* x : news) rd_kafka_NewTopic_destroy(x);
+        return KafkaStatus(e, fmt::format("topic {}: cleanup.policy", t));
+      }
     }
     news.push_back(nt);
   }

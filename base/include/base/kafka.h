@@ -30,6 +30,9 @@ inline constexpr std::string_view kDlqTopic = "tally.dlq";
 // One partition; the embedded broker writes its incarnation id at offset 0 so
 // clients can tell a restarted (empty) embedded log from the one they knew.
 inline constexpr std::string_view kMetaTopic = "tally.meta";
+// One partition, compacted: the members directory of a cluster
+// (cluster/members_directory.h), a record per member keyed by its id.
+inline constexpr std::string_view kMembersTopic = "tally.members";
 
 // Consumer group holding the router's input offsets (--group). The applier's
 // consumer uses "<group>-applier" and never joins it; the watermark view's
@@ -135,8 +138,9 @@ void DestroyInBackground(KafkaHandle rk, int flags);
 int AwaitBackgroundDestroys(int timeout_ms);
 
 // Creates each of `topics` that does not exist yet with `partitions`
-// partitions and the given replication factor (-1: broker default), through
-// the admin API. Existing topics are left as they are. For real clusters;
+// partitions (tally.meta and tally.members: 1; tally.members compacted) and
+// the given replication factor (-1: broker default), through the admin API.
+// Existing topics are left as they are. For real clusters;
 // the embedded broker creates its topics itself.
 Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int partitions,
                     int replication_factor, int timeout_ms);
