@@ -61,7 +61,9 @@ struct DeltasOwnership::Rep {
   base::KafkaHandle consumer;
   std::string group;
 
-  mutable std::mutex mu;  // guards the two below, for readers on other threads
+  // Written on the polling thread only (which reads them without the lock);
+  // the lock is for readers on other threads.
+  mutable std::mutex mu;
   std::set<int32_t> owned;
   GroupIdentity identity;
 
@@ -72,7 +74,7 @@ struct DeltasOwnership::Rep {
 
   void Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts);
   void Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts, bool cooperative);
-  void Revoke(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts, bool cooperative);
+  void Revoke(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts, bool cooperative, bool lost);
   void UpdateIdentity(rd_kafka_t* rk);
 };
 
@@ -84,13 +86,13 @@ void DeltasOwnership::Rep::Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       Assign(rk, parts, cooperative);
       break;
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-      Revoke(rk, parts, cooperative);
+      Revoke(rk, parts, cooperative, rd_kafka_assignment_lost(rk) != 0);
       break;
     default:
-      // librdkafka's contract for any other rebalance error: drop the
-      // whole assignment. Reported as lost: nothing was revoked in order.
+      // Any other rebalance error: librdkafka's contract is to drop the
+      // whole assignment, which was not revoked in order.
       TALLY_LOG_WARN(kComponent, "rebalance error: {}", rd_kafka_err2str(err));
-      Revoke(rk, parts, /*cooperative=*/false);
+      Revoke(rk, parts, /*cooperative=*/false, /*lost=*/true);
       break;
   }
   UpdateIdentity(rk);
@@ -98,18 +100,17 @@ void DeltasOwnership::Rep::Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
 
 void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts,
                                   bool cooperative) {
-  // An eager assignment is the whole set; what this member already owns
-  // keeps its fetch position, only the new partitions are the listener's.
+  // Every partition in `parts` is new to this member: the cooperative
+  // protocol hands over only additions, the eager one revoked everything
+  // before.
   std::vector<PartitionStart> starts;
-  for (int32_t p : PartitionsOf(parts)) {
-    if (owned.count(p) == 0) starts.push_back(PartitionStart{p, RD_KAFKA_OFFSET_BEGINNING});
-  }
+  for (int32_t p : PartitionsOf(parts)) starts.push_back(PartitionStart{p});
   if (!starts.empty()) listener->Assigned(&starts);
   for (int i = 0; i < parts->cnt; ++i) {
     auto& tp = parts->elems[i];
     auto it = std::find_if(starts.begin(), starts.end(),
                            [&](const PartitionStart& s) { return s.partition == tp.partition; });
-    tp.offset = it != starts.end() ? it->offset : RD_KAFKA_OFFSET_INVALID;
+    if (it != starts.end()) tp.offset = it->offset;
   }
   if (cooperative) {
     if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, parts); error != nullptr) {
@@ -126,12 +127,14 @@ void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_
 }
 
 void DeltasOwnership::Rep::Revoke(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts,
-                                  bool cooperative) {
-  std::vector<int32_t> gone = PartitionsOf(parts);
+                                  bool cooperative, bool lost) {
+  // Eager: everything goes, whatever `parts` says.
+  std::vector<int32_t> gone =
+      cooperative ? PartitionsOf(parts) : std::vector<int32_t>(owned.begin(), owned.end());
   // The listener runs while the partitions are still assigned: what it
   // commits is where their next owner starts.
   if (!gone.empty()) {
-    if (rd_kafka_assignment_lost(rk) != 0) {
+    if (lost) {
       listener->Lost(gone);
     } else {
       listener->Revoked(gone);
