@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -60,6 +61,9 @@ struct DeltasOwnership::Rep {
   OwnershipListener* listener = nullptr;
   base::KafkaHandle consumer;
   std::string group;
+  // Polling thread only.
+  std::string protocol = "NONE";  // the group's rebalance protocol, as last asked
+  bool closing = false;           // inside Close()
 
   // Written on the polling thread only (which reads them without the lock);
   // the lock is for readers on other threads.
@@ -80,7 +84,11 @@ struct DeltasOwnership::Rep {
 
 void DeltasOwnership::Rep::Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                      rd_kafka_topic_partition_list_t* parts) {
-  const bool cooperative = ProtocolOf(rk) == "COOPERATIVE";
+  // rd_kafka_rebalance_protocol() asks librdkafka's main thread and waits
+  // for the answer, which a closing consumer may never give (seen with
+  // group.instance.id in 2.0.2): during Close() the last answer stands.
+  if (!closing) protocol = std::string(ProtocolOf(rk));
+  const bool cooperative = protocol == "COOPERATIVE";
   switch (err) {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
       Assign(rk, parts, cooperative);
@@ -95,7 +103,7 @@ void DeltasOwnership::Rep::Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       Revoke(rk, parts, /*cooperative=*/false, /*lost=*/true);
       break;
   }
-  UpdateIdentity(rk);
+  if (!closing) UpdateIdentity(rk);
 }
 
 void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts,
@@ -166,7 +174,7 @@ void DeltasOwnership::Rep::UpdateIdentity(rd_kafka_t* rk) {
     id.member_id = member;
     rd_kafka_mem_free(rk, member);
   }
-  id.protocol = ProtocolOf(rk);
+  id.protocol = protocol;
   std::lock_guard<std::mutex> lock(mu);
   identity = std::move(id);
 }
@@ -220,11 +228,14 @@ base::KafkaMessage DeltasOwnership::Poll(int timeout_ms) {
 base::Status DeltasOwnership::Close() {
   if (!rep_->consumer) return base::Status::Ok();
   // Serves the revocation (the listener's Revoked) and sends LeaveGroup.
+  rep_->closing = true;
   base::Status st =
       base::KafkaStatus(rd_kafka_consumer_close(rep_->consumer.get()), "leaving the group");
   rep_->consumer.reset();
   std::lock_guard<std::mutex> lock(rep_->mu);
   rep_->owned.clear();
+  rep_->identity.generation = -1;
+  rep_->identity.member_id.clear();
   return st;
 }
 
@@ -233,6 +244,8 @@ void DeltasOwnership::Abandon() {
   rd_kafka_destroy_flags(rep_->consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   std::lock_guard<std::mutex> lock(rep_->mu);
   rep_->owned.clear();
+  rep_->identity.generation = -1;
+  rep_->identity.member_id.clear();
 }
 
 std::vector<int32_t> DeltasOwnership::Owned() const {

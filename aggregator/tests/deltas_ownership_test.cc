@@ -1,8 +1,8 @@
 // DeltasOwnership against the embedded broker's group coordinator: several
 // members in one process, each polled on a thread of its own, and one in a
 // child process (this binary run with --ownership-member) to be killed with
-// SIGKILL. The tests look at what a user sees: the listener's calls and
-// Owned().
+// SIGKILL; a fence is an error the test makes the coordinator answer. The
+// tests look at what a user sees: the listener's calls and Owned().
 //
 // Each test prints how long the group took to settle after a join, a clean
 // leave or a kill ("settled after ... ms").
@@ -10,13 +10,14 @@
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -99,8 +100,11 @@ class Member : public OwnershipListener {
     std::set<int32_t> partitions;
   };
 
-  Member(int id, const std::string& brokers, Ledger* ledger) : id_(id), ledger_(ledger) {
+  // `instance`: group.instance.id, empty for a dynamic member.
+  Member(int id, const std::string& brokers, Ledger* ledger, std::string instance = "")
+      : id_(id), ledger_(ledger) {
     OwnershipOptions options;
+    options.instance_id = std::move(instance);
     options.kafka = MemberKafka(brokers);
     options.group = kGroup;
     options.client_id = "member-" + std::to_string(id);
@@ -399,6 +403,64 @@ TEST_F(DeltasOwnershipTest, AKilledMembersPartitionsMoveAfterTheSessionTimeout) 
   auto e1 = m1.Events();
   EXPECT_TRUE(Union(e1, 'R', m1_mark).empty());
   EXPECT_TRUE(Union(e1, 'L').empty());
+}
+
+TEST_F(DeltasOwnershipTest, AMemberTheCoordinatorFencesIsToldItsPartitionsAreLost) {
+  Member m1(1, cluster_.bootstrap(), &ledger_);
+  auto t = Clock::now();
+  ExpectSettles("one member starts", t, [&] { return std::vector{m1.Owned()}; }, {16});
+
+  // The coordinator no longer knows the member's generation (as after a
+  // session that expired unseen): its assignment is lost, not revoked.
+  constexpr int16_t kHeartbeat = 12;  // the Heartbeat request's ApiKey
+  rd_kafka_mock_push_request_errors(cluster_.mock(), kHeartbeat, 1,
+                                    RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
+  t = Clock::now();
+  ASSERT_TRUE(testing::WaitFor([&] { return !Union(m1.Events(), 'L').empty(); }, kSettleMs));
+  auto e1 = m1.Events();
+  EXPECT_EQ(Union(e1, 'L').size(), static_cast<size_t>(kPartitions));
+  EXPECT_TRUE(Union(e1, 'R').empty());
+  // It rejoins by itself and gets them back.
+  ExpectSettles("the fenced member rejoins", t, [&] { return std::vector{m1.Owned()}; }, {16});
+}
+
+// Static membership (group.instance.id): the embedded broker does not
+// implement its rules (a restarted static member joins as a new one and
+// partitions move), so this checks what holds everywhere: a static member
+// closes, revoking in order, and its close returns. Its partitions move
+// only after the session timeout (a static member sends no LeaveGroup).
+TEST_F(DeltasOwnershipTest, StaticMembersCloseInOrder) {
+  Member m1(1, cluster_.bootstrap(), &ledger_, "member-a");
+  Member m2(2, cluster_.bootstrap(), &ledger_, "member-b");
+  auto t = Clock::now();
+  ExpectSettles("two static members start", t,
+                [&] {
+                  return std::vector{m1.Owned(), m2.Owned()};
+                },
+                {8, 8});
+  for (Member* m : {&m1, &m2}) {
+    std::set<int32_t> had = m->Owned();
+    std::atomic<bool> closed{false};
+    t = Clock::now();
+    std::thread closer([&] {
+      m->Stop(/*close=*/true);
+      closed = true;
+    });
+    if (!testing::WaitFor([&] { return closed.load(); }, 10000)) {
+      std::fprintf(stderr, "a static member's Close() did not return in 10 s\n");
+      std::_Exit(1);  // the closer cannot be joined
+    }
+    closer.join();
+    std::printf("a static member closed in %lld ms\n", static_cast<long long>(MsSince(t)));
+    ASSERT_FALSE(m->Events().empty());
+    EXPECT_EQ(m->Events().back().kind, 'R');
+    EXPECT_EQ(m->Events().back().partitions, had);
+    if (m == &m1) {
+      ExpectSettles("a static member leaves", t, [&] { return std::vector{m2.Owned()}; }, {16});
+      EXPECT_GE(MsSince(t), kSessionMs - 1000) << "moved before the session timeout";
+    }
+  }
+  EXPECT_EQ(ledger_.double_owned(), 0);
 }
 
 // The child member: joins, prints its partitions on each change, polls until killed.
