@@ -478,7 +478,9 @@ int RunChildMember(const std::string& brokers) {
   auto own = DeltasOwnership::Start(options, &listener);
   if (!own.ok()) return 2;
   std::vector<int32_t> printed = {-1};
-  for (;;) {
+  const pid_t parent = getppid();
+  // Until killed, or until the test that started it is gone (the broker with it).
+  while (getppid() == parent) {
     (void)(*own)->Poll(50);
     auto owned = (*own)->Owned();
     if (owned == printed) continue;
@@ -487,6 +489,8 @@ int RunChildMember(const std::string& brokers) {
     std::fflush(stdout);
     printed = owned;
   }
+  (*own)->Abandon();
+  return 0;
 }
 
 }  // namespace
