@@ -144,7 +144,8 @@ class DeltasOwnership {
 
   // Leaves the group: Revoked() for everything owned, then LeaveGroup, so
   // the partitions move to the other members at once (without waiting for
-  // the session timeout). Destroys the consumer. A second call is a no-op.
+  // the session timeout; a static member sends no LeaveGroup and its
+  // partitions wait for it). Destroys the consumer. A second call is a no-op.
   base::Status Close();
 
   // Destroys the consumer without leaving the group, as a crash would: the
