@@ -197,4 +197,16 @@ void CounterCache::Clear() {
   }
 }
 
+void CounterCache::ClearIf(const std::function<bool(uint64_t id)>& drop) {
+  for (size_t i = 0; i < nbuckets_; i++) {
+    Bucket* b = &buckets_[i];
+    if (b->used.load(std::memory_order_relaxed) == 0) continue;  // never held anything
+    b->Lock();
+    for (Entry& e : b->ways) {
+      if (e.state != kEmpty && drop(e.id)) e.state = kEmpty;
+    }
+    b->Unlock();
+  }
+}
+
 }  // namespace tally::store

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,6 +60,11 @@ class CounterCache {
   void Invalidate(char kind, uint64_t id);
   // Drops everything.
   void Clear();
+  // Drops every record (and lease) whose id satisfies `drop` (a partition
+  // that closed: its records must not be served, nor come back stale when
+  // it opens again), leaving the rest. The red-dot table is not a record:
+  // InvalidateRedDots drops it.
+  void ClearIf(const std::function<bool(uint64_t id)>& drop);
 
   size_t entries() const;  // capacity, in records
 

@@ -77,13 +77,17 @@ rocksdb::Slice EdgeKey(RecordKind kind, uint64_t a, uint64_t b, char (&buf)[17])
 
 Result<bool> Partition::HasLike(uint64_t post_id, uint64_t user_id) const {
   char buf[17];
-  return KeyExists(rep_->db.load().get(), EdgeKey(RecordKind::kLikeEdge, post_id, user_id, buf),
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  return KeyExists(db.get(), EdgeKey(RecordKind::kLikeEdge, post_id, user_id, buf),
                    "reading like edge");
 }
 
 Result<bool> Partition::HasFollow(uint64_t user_id, uint64_t target_id) const {
   char buf[17];
-  return KeyExists(rep_->db.load().get(), EdgeKey(RecordKind::kFollowEdge, user_id, target_id, buf),
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  return KeyExists(db.get(), EdgeKey(RecordKind::kFollowEdge, user_id, target_id, buf),
                    "reading follow edge");
 }
 
@@ -92,7 +96,9 @@ Result<std::optional<Partition::EventIdRecord>> Partition::GetEventId(uint64_t e
   buf[0] = static_cast<char>(RecordKind::kEventId);
   for (int i = 0; i < 8; i++) buf[1 + i] = static_cast<char>((event_id >> (56 - 8 * i)) & 0xff);
   std::string value;
-  rocksdb::Status st = rep_->db.load()->Get(rocksdb::ReadOptions(), rocksdb::Slice(buf, 9), &value);
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  rocksdb::Status st = db->Get(rocksdb::ReadOptions(), rocksdb::Slice(buf, 9), &value);
   if (st.IsNotFound()) return std::optional<EventIdRecord>();
   if (!st.ok()) return FromRocks(st, "reading event id");
   EventIdRecord r;
@@ -108,14 +114,16 @@ Result<std::optional<Partition::EventIdRecord>> Partition::GetEventId(uint64_t e
 
 bool Partition::HasNotice(uint64_t notice_id) const {
   std::shared_ptr<const NoticeIds> ids = rep_->notice_ids.load();
-  return std::binary_search(ids->begin(), ids->end(), notice_id);
+  return ids != nullptr && std::binary_search(ids->begin(), ids->end(), notice_id);
 }
 
 Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) const {
   ViewedTables t(options);
   std::string value;
-  rocksdb::Status s = rep_->db.load()->Get(
-      rocksdb::ReadOptions(), rocksdb::Slice(kViewedKey.data(), kViewedKey.size()), &value);
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  rocksdb::Status s =
+      db->Get(rocksdb::ReadOptions(), rocksdb::Slice(kViewedKey.data(), kViewedKey.size()), &value);
   if (s.IsNotFound()) return t;
   if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading viewed tables", id_));
   if (!t.Decode(value))
@@ -127,8 +135,10 @@ Result<Progress> Partition::LoadProgress() const {
   std::shared_lock<std::shared_mutex> committing;
   if (rep_->cache != nullptr) committing = std::shared_lock<std::shared_mutex>(rep_->commit_mu);
   std::string value;
-  rocksdb::Status s = rep_->db.load()->Get(
-      rocksdb::ReadOptions(), rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), &value);
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(),
+                              rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), &value);
   if (s.IsNotFound()) return Progress();
   if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading progress", id_));
   Progress p;
@@ -140,6 +150,10 @@ Result<Progress> Partition::LoadProgress() const {
 
 Status Partition::Commit(PartitionBatch* batch) {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
+  // Held to the end: a ClosePartition racing this commit waits for it, so
+  // the notice ids and the cache drops below never land after the close.
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
   if (rep_->primary_closed) {
     return Status::Unavailable(
         fmt::format("partition {}: closed after a write error, not reopened yet", id_));
@@ -158,6 +172,7 @@ Status Partition::Commit(PartitionBatch* batch) {
   std::shared_ptr<const NoticeIds> notices;
   if (!b.notices.empty()) {
     std::shared_ptr<const NoticeIds> old = rep_->notice_ids.load();
+    if (old == nullptr) return NotHeld(id_);  // published before `db`, cleared after it
     std::sort(b.notices.begin(), b.notices.end());
     auto merged = std::make_shared<NoticeIds>();
     merged->reserve(old->size() + b.notices.size());
@@ -174,7 +189,7 @@ Status Partition::Commit(PartitionBatch* batch) {
   }
   std::unique_lock<std::shared_mutex> committing;
   if (rep_->cache != nullptr) committing = std::unique_lock<std::shared_mutex>(rep_->commit_mu);
-  rocksdb::Status s = rep_->db.load()->Write(rep_->write_options, &b.wb);
+  rocksdb::Status s = db->Write(rep_->write_options, &b.wb);
   // Before returning: whatever the caller publishes after Commit (applied
   // offsets, say) must not be seen beside a cached value from before it,
   // nor beside a notice list from before it. On a failed write nothing
@@ -196,6 +211,9 @@ std::string Partition::WriteProblem() const {
 
 Status Partition::Resume() {
   if (rep_->read_only) return Status::FailedPrecondition("store is read-only");
+  // Not while the control thread opens or closes the partition.
+  std::lock_guard<std::mutex> control(rep_->control_mu);
+  if (rep_->db.load() == nullptr) return NotHeld(id_);
   if (!rep_->primary_closed) {
     // After a failed WAL write the instance is never written again (see
     // write_health.h): straight to the reopen below.
@@ -226,7 +244,7 @@ Status Partition::Resume() {
           s, fmt::format("partition {}: resuming writes (and a read-only instance: {})", id_,
                          rs.ToString()));
     }
-    std::shared_ptr<rocksdb::DB> old = rep_->db.exchange(std::shared_ptr<rocksdb::DB>(ro));
+    std::shared_ptr<rocksdb::DB> old = rep_->db.exchange(rep_->handoff->Share(ro));
     // The old instance closes (releasing its LOCK) when the last reader lets
     // go of it; an Open before that fails and is retried.
     old.reset();
@@ -240,7 +258,7 @@ Status Partition::Resume() {
   rocksdb::DB* raw = nullptr;
   TALLY_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(rep_->options, rep_->path, &raw),
                                   fmt::format("partition {}: reopening after a write error", id_)));
-  rep_->db.store(std::shared_ptr<rocksdb::DB>(raw));
+  rep_->db.store(rep_->handoff->Share(raw));
   rep_->primary_closed = false;
   if (rep_->health != nullptr) rep_->health->ClearWalWriteFailed();
   if (rep_->cache != nullptr) rep_->cache->Clear();

@@ -1,6 +1,7 @@
 // StateStore beyond opening and reading: following a writer (CatchUp and
-// the thread that calls it), compaction, the progress of every partition,
-// why the store does not write.
+// the thread that calls it: its commits, and which partitions it holds),
+// compaction, the progress of every partition, why the store does not
+// write.
 #include "store/state_store.h"
 
 #include <fmt/core.h>
@@ -8,9 +9,11 @@
 #include <rocksdb/db.h>
 #include <rocksdb/perf_level.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -43,7 +46,7 @@ std::string PartitionDirName(uint32_t i) { return fmt::format("partition-{:03d}"
 std::string ReadCurrentFile(const std::string& db_path) {
   std::ifstream f(db_path + "/CURRENT");
   std::string name;
-  std::getline(f, name);
+  if (f) std::getline(f, name);
   return name;
 }
 
@@ -76,9 +79,11 @@ std::string StateStore::recorded_cluster() const { return rep_->cluster; }
 Status StateStore::CompactAll() {
   if (rep_->options.read_only) return Status::FailedPrecondition("store is read-only");
   for (const auto& p : rep_->partitions) {
+    std::shared_ptr<rocksdb::DB> db = p->rep_->db.load();
+    if (db == nullptr) continue;  // not held
     rocksdb::CompactRangeOptions o;
     o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-    TALLY_RETURN_IF_ERROR(FromRocks(p->rep_->db.load()->CompactRange(o, nullptr, nullptr),
+    TALLY_RETURN_IF_ERROR(FromRocks(db->CompactRange(o, nullptr, nullptr),
                                     fmt::format("partition {}: compacting", p->id())));
   }
   return Status::Ok();
@@ -87,10 +92,27 @@ Status StateStore::CompactAll() {
 Result<std::vector<Progress>> StateStore::LoadAllProgress() const {
   std::vector<Progress> out;
   out.reserve(partitions());
+  std::vector<uint32_t> not_held;
   for (const auto& p : rep_->partitions) {
     auto pr = p->LoadProgress();
+    if (IsNotHeld(pr.status())) {
+      not_held.push_back(p->id());
+      continue;
+    }
     if (!pr.ok()) return pr.status();
     out.push_back(std::move(pr).value());
+  }
+  if (!not_held.empty()) return NotHeldError(not_held);
+  return out;
+}
+
+Result<std::map<uint32_t, Progress>> StateStore::LoadHeldProgress() const {
+  std::map<uint32_t, Progress> out;
+  for (const auto& p : rep_->partitions) {
+    auto pr = p->LoadProgress();
+    if (IsNotHeld(pr.status())) continue;
+    if (!pr.ok()) return pr.status();
+    out.emplace(p->id(), std::move(pr).value());
   }
   return out;
 }
@@ -107,45 +129,85 @@ std::string StateStore::WriteProblem() const {
 Status StateStore::CatchUp() {
   if (!rep_->options.read_only) return Status::Ok();
   std::lock_guard<std::mutex> l(rep_->catch_up_mu);
-  for (const auto& p : rep_->partitions) {
-    Partition::Rep& r = *p->rep_;
-    // A writer that reopened (after a crash, say) recovered its WAL into a
-    // new SST file, while this secondary may hold the same WAL replayed in
-    // its memtable: catching up would count those merges twice. So when the
-    // writer's manifest changed, open a fresh secondary instead (readers
-    // still holding the old one finish with it). Checked before and after
-    // catching up, so a reopen racing the catch-up is seen at once.
-    bool reopen = ReadCurrentFile(r.path) != r.current;
-    if (!reopen) {
-      TALLY_RETURN_IF_ERROR(FromRocks(r.db.load()->TryCatchUpWithPrimary(),
-                                      fmt::format("partition {}: catching up", p->id())));
-      reopen = ReadCurrentFile(r.path) != r.current;
+  const uint32_t n = partitions();
+  // What the writer holds: HELD, or every partition without the file. If
+  // HELD cannot be read, the partitions held here stay as they are.
+  auto writer = ReadHeldFile(rep_->options.dir, n);
+  Status first = writer.status();
+  for (uint32_t p = 0; p < n; p++) {
+    if (!rep_->wanted[p]) continue;
+    Partition::Rep& r = *rep_->partitions[p]->rep_;
+    const bool held = r.held.load();
+    bool writer_holds = held;
+    if (writer.ok()) {
+      writer_holds =
+          !writer->has_value() || std::binary_search((*writer)->begin(), (*writer)->end(), p);
     }
-    if (!reopen) {
-      // The notice ids are read again only when a commit added notices:
-      // every such commit rewrites the count record.
-      std::string count;
-      rocksdb::Status s =
-          r.db.load()->Get(rocksdb::ReadOptions(),
-                           rocksdb::Slice(kNoticeCountKey.data(), kNoticeCountKey.size()), &count);
-      if (!s.ok() && !s.IsNotFound()) {
-        return FromRocks(s, fmt::format("partition {}: reading the notice count", p->id()));
-      }
-      if (!s.ok()) count.clear();
-      if (count != r.notice_count_seen)
-        TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(r.db.load().get(), p->id()));
-      continue;
-    }
+    // A partition whose database is gone (dropped) is not followed, whatever
+    // HELD says.
     std::string current = ReadCurrentFile(r.path);
-    rocksdb::DB* raw = nullptr;
-    std::string secondary = fmt::format("{}.{}", r.secondary_base, ++r.generation);
-    TALLY_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenAsSecondary(rep_->db_options, r.path, secondary, &raw),
-                                    fmt::format("partition {}: reopening after its writer restarted", p->id())));
-    r.db.store(std::shared_ptr<rocksdb::DB>(raw));
-    r.current = std::move(current);
-    TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(raw, p->id()));
-    TALLY_LOG_INFO("store", "partition {}: its writer reopened the database; following it afresh", p->id());
+    if (current.empty()) writer_holds = false;
+    Status st;
+    if (held && !writer_holds) {
+      rep_->Unpublish(p);
+      TALLY_LOG_INFO("store", "partition {}: its writer no longer holds it; not served here", p);
+    } else if (!held && writer_holds) {
+      ++r.generation;
+      rocksdb::DB* db = nullptr;
+      rocksdb::Options opened_with;
+      rocksdb::Status s = rep_->OpenDb(p, false, &db, &opened_with, &current);
+      st = s.ok() ? rep_->Publish(p, db, std::move(opened_with), std::move(current))
+                  : FromRocks(s, fmt::format("partition {}: opening what its writer opened", p));
+      if (st.ok()) TALLY_LOG_INFO("store", "partition {}: its writer holds it; served here", p);
+    } else if (held) {
+      st = CatchUpPartition(p, current);
+    }
+    if (first.ok() && !st.ok()) first = std::move(st);
   }
+  return first;
+}
+
+Status StateStore::CatchUpPartition(uint32_t p, const std::string& writer_current) {
+  Partition::Rep& r = *rep_->partitions[p]->rep_;
+  // A writer that reopened (after a crash, say) recovered its WAL into a
+  // new SST file, while this secondary may hold the same WAL replayed in
+  // its memtable: catching up would count those merges twice. So when the
+  // writer's manifest changed, open a fresh secondary instead (readers
+  // still holding the old one finish with it). Checked before and after
+  // catching up, so a reopen racing the catch-up is seen at once.
+  std::shared_ptr<rocksdb::DB> db = r.db.load();
+  bool reopen = writer_current != r.current;
+  if (!reopen) {
+    TALLY_RETURN_IF_ERROR(
+        FromRocks(db->TryCatchUpWithPrimary(), fmt::format("partition {}: catching up", p)));
+    reopen = ReadCurrentFile(r.path) != r.current;
+  }
+  if (!reopen) {
+    // The notice ids are read again only when a commit added notices:
+    // every such commit rewrites the count record.
+    std::string count;
+    rocksdb::Status s =
+        db->Get(rocksdb::ReadOptions(),
+                rocksdb::Slice(kNoticeCountKey.data(), kNoticeCountKey.size()), &count);
+    if (!s.ok() && !s.IsNotFound()) {
+      return FromRocks(s, fmt::format("partition {}: reading the notice count", p));
+    }
+    if (!s.ok()) count.clear();
+    if (count != r.notice_count_seen) TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(db.get(), p));
+    return Status::Ok();
+  }
+  db.reset();
+  ++r.generation;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Options opened_with;
+  std::string current;
+  TALLY_RETURN_IF_ERROR(
+      FromRocks(rep_->OpenDb(p, false, &raw, &opened_with, &current),
+                fmt::format("partition {}: reopening after its writer restarted", p)));
+  r.db.store(r.handoff->Share(raw));
+  r.current = std::move(current);
+  TALLY_RETURN_IF_ERROR(r.LoadNoticeIds(raw, p));
+  TALLY_LOG_INFO("store", "partition {}: its writer reopened the database; following it afresh", p);
   return Status::Ok();
 }
 
@@ -171,10 +233,26 @@ void StateStore::FollowWriter() {
 
 Status StateStore::ResetProgress() {
   if (rep_->options.read_only) return Status::FailedPrecondition("store is read-only");
+  std::lock_guard<std::mutex> control(rep_->control_mu);
   for (const auto& p : rep_->partitions) {
+    std::lock_guard<std::mutex> partition(p->rep_->control_mu);
     PartitionBatch b;
     b.SetProgress(Progress());
-    TALLY_RETURN_IF_ERROR(p->Commit(&b));
+    if (p->rep_->held.load()) {
+      TALLY_RETURN_IF_ERROR(p->Commit(&b));
+      continue;
+    }
+    // Not held: on disk or not at all. Opened here for the write only.
+    if (ReadCurrentFile(p->rep_->path).empty()) continue;
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options opened_with;
+    std::string current;
+    rocksdb::Status s = rep_->OpenDb(p->id(), false, &raw, &opened_with, &current);
+    if (!s.ok()) return rep_->OpenFailed(p->id(), s);
+    std::unique_ptr<rocksdb::DB> db(raw);
+    TALLY_RETURN_IF_ERROR(FromRocks(db->Write(p->rep_->write_options, &b.rep_->wb),
+                                    fmt::format("partition {}: resetting its progress", p->id())));
+    TALLY_RETURN_IF_ERROR(FromRocks(db->Close(), fmt::format("partition {}: closing", p->id())));
   }
   return Status::Ok();
 }

@@ -2,6 +2,8 @@
 // the files that implement them:
 //
 //   state_store_open.cc  the TALLY file, RocksDB's options, opening the partitions
+//   state_store_partitions.cc  the partitions held: opening and closing one at
+//                        run time, the HELD file, the not-held status
 //   partition_batch.cc   PartitionBatch: one window's changes as one WriteBatch
 //   partition.cc         Partition: Commit (the read cache and the notice ids
 //                        follow it), Resume, a partition's point reads
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -35,6 +38,7 @@
 
 #include "base/status.h"
 #include "counter_cache.h"
+#include "db_handoff.h"
 #include "schemas/delta.h"
 #include "store/state_store.h"
 #include "write_health.h"
@@ -48,8 +52,24 @@ base::Status FromRocks(const rocksdb::Status& s, std::string_view context);
 std::string PartitionDirName(uint32_t i);
 
 // The name of the writer's current manifest: it changes whenever the writer
-// opens the database (and when a manifest rolls over).
+// opens the database (and when a manifest rolls over). "" if there is none
+// (no database there).
 std::string ReadCurrentFile(const std::string& db_path);
+
+// NotHeldError of one partition.
+base::Status NotHeld(uint32_t partition);
+// Sorts missing->partitions (dropping repeats) and missing->positions.
+void Normalize(MissingPartitions* missing);
+
+// <state-dir>/HELD: the partitions a writer holds, for its followers. Written
+// (atomically, by rename) by a writable store when it opens and whenever
+// the set changes; nullopt when there is no such file (a state written
+// before it existed: every partition is held). Corruption if it does not
+// parse or names a partition >= `partitions`.
+inline constexpr const char* kHeldFile = "HELD";
+base::Status WriteHeldFile(const std::string& dir, const std::vector<uint32_t>& held);
+base::Result<std::optional<std::vector<uint32_t>>> ReadHeldFile(const std::string& dir,
+                                                                uint32_t partitions);
 
 struct PartitionBatch::Rep {
   rocksdb::WriteBatch wb;
@@ -65,9 +85,20 @@ struct PartitionBatch::Rep {
 };
 
 struct Partition::Rep {
-  // Swapped whole when a read-only store reopens after its writer restarted;
-  // readers hold what they loaded until they are done with it.
+  // Null while the partition is not held. Swapped whole when a read-only
+  // store reopens after its writer restarted; readers hold what they loaded
+  // until they are done with it. Made by `handoff`, which closes it when it
+  // goes (db_handoff.h).
   std::atomic<std::shared_ptr<rocksdb::DB>> db;
+  std::shared_ptr<DbHandoff> handoff;
+  // HoldsPartition(): set after `db` is published, cleared before it is
+  // taken away. Reads do not look at it; they find `db` (and notice_ids)
+  // null.
+  std::atomic<bool> held{false};
+  // Held by whatever replaces or removes `db` other than a read-only
+  // store's catch-up: StateStore's OpenPartition/ClosePartition (control
+  // thread) and Resume (applier thread), which also guards `options`.
+  std::mutex control_mu;
   rocksdb::WriteOptions write_options;
   bool read_only = false;
   // Read-only stores: where the writer's database is, the secondary's own
@@ -76,17 +107,20 @@ struct Partition::Rep {
   std::string secondary_base;
   std::string current;
   int generation = 0;
-  // Writable stores: how to reopen after an unrecoverable write error, and
-  // whether the writable instance is closed (a read-only one serves reads).
+  // Writable stores: how to reopen after an unrecoverable write error
+  // (guarded by control_mu), and whether the writable instance is closed
+  // (a read-only one serves reads).
   rocksdb::Options options;
-  bool primary_closed = false;
+  std::atomic<bool> primary_closed{false};
   // The store's read cache (borrowed; null when there is none).
   CounterCache* cache = nullptr;
   // The ids of the partition's notices, ascending (only the partition of
   // kGlobalEntity has any), so that "how many above x" is a binary search
   // in memory. Read from `db` when it is opened or replaced; a commit that
   // adds notices publishes a new vector after its write and before it
-  // returns. Never changed in place: readers keep what they loaded.
+  // returns. Never changed in place: readers keep what they loaded. Null
+  // while the partition is not held (set before `db` is published, cleared
+  // after the database closed).
   std::atomic<std::shared_ptr<const NoticeIds>> notice_ids;
   // Read-only stores: the notice count record when the ids were last read
   // (empty: none), so that CatchUp reads them again only after a commit
@@ -100,8 +134,9 @@ struct Partition::Rep {
   // applied is never read while the cache may still serve a value from
   // before it (lag 0 and ?wait=visible promise the next read sees it).
   mutable std::shared_mutex commit_mu;
-  // Writable stores: why writes fail (also in options.listeners), and the
-  // store's free-space reserve (borrowed).
+  // Writable stores: why writes fail (also in options.listeners; one for
+  // the partition's life, reset when it opens or closes), and the store's
+  // free-space reserve (borrowed).
   std::shared_ptr<WriteHealth> health;
   const DiskReserve* reserve = nullptr;
 };
@@ -113,7 +148,13 @@ struct StateStore::Rep {
 
   StoreOptions options;
   std::string cluster;
+  // One for every partition of the state, held or not.
   std::vector<std::unique_ptr<Partition>> partitions;
+  // Read-only stores: the partitions to follow (options.open_partitions).
+  std::vector<bool> wanted;
+  // OpenPartition/ClosePartition/DropPartition/ResetProgress one at a time,
+  // and with them the HELD file.
+  std::mutex control_mu;
   std::string secondary_dir;
   // Serializes CatchUp(): the follower thread below and other callers (the
   // query tier's watermarks) catch up one at a time.
@@ -133,16 +174,42 @@ struct StateStore::Rep {
   std::thread follower;
 
   // The partition of kGlobalEntity: the notice list and the red dots.
-  Partition::Rep& GlobalPartition() const {
-    return *partitions[schemas::PartitionOf(schemas::kGlobalEntity,
-                                            static_cast<uint32_t>(partitions.size()))]
-                ->rep_;
+  uint32_t GlobalId() const {
+    return schemas::PartitionOf(schemas::kGlobalEntity, static_cast<uint32_t>(partitions.size()));
   }
-  // The database of the partition that owns `entity`, held for the caller.
+  Partition::Rep& GlobalPartition() const { return *partitions[GlobalId()]->rep_; }
+  // The database of the partition that owns `entity`, held for the caller;
+  // null if the partition is not held.
   std::shared_ptr<rocksdb::DB> DbOf(uint64_t entity) const {
     return partitions[schemas::PartitionOf(entity, static_cast<uint32_t>(partitions.size()))]
         ->rep_->db.load();
   }
+
+  // The RocksDB options of partition i (db_options with the partition's
+  // memtable size; for writable stores its info log, SstFileManager and
+  // WriteHealth listener).
+  rocksdb::Options PartitionOptions(uint32_t i, bool create_if_missing) const;
+  // Opens partition i's database (writable: DB::Open; read-only: a new
+  // secondary instance, *current set to the writer's manifest). The caller
+  // owns *db; *options what it was opened with.
+  rocksdb::Status OpenDb(uint32_t i, bool create_if_missing, rocksdb::DB** db,
+                         rocksdb::Options* options, std::string* current);
+  // The status of a failed OpenDb of partition i, said as Open() says it
+  // (a full disk first).
+  base::Status OpenFailed(uint32_t i, const rocksdb::Status& s) const;
+  // Makes `db` (opened by OpenDb, owned from here on) partition i's: reads
+  // its notice ids, then publishes it to readers. Requires the partition's
+  // control_mu (writable) or catch_up_mu (read-only), and that it is not held.
+  base::Status Publish(uint32_t i, rocksdb::DB* db, rocksdb::Options options, std::string current);
+  // Takes partition i's database away from readers, waits for those that
+  // hold it, and closes it on this thread; drops what the store kept of it
+  // (notice ids, cached records, write health). Requires what Publish does.
+  void Unpublish(uint32_t i);
+  // The partitions held, ascending.
+  std::vector<uint32_t> Held() const;
+  // Writable stores: records Held() in HELD for followers (a failure is
+  // logged: followers then lag until the next write). Requires control_mu.
+  void RecordHeld();
 };
 
 }  // namespace tally::store

@@ -1,6 +1,6 @@
 // Opening a state directory: its TALLY file (format, partition count,
-// cluster), the RocksDB options every partition shares, and the partitions,
-// opened concurrently.
+// cluster) and HELD file (the partitions its writer holds), the RocksDB
+// options every partition shares, and the partitions, opened concurrently.
 #include <fmt/core.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
@@ -96,9 +96,9 @@ class InactivePurgeFilter : public rocksdb::CompactionFilter {
   std::function<int64_t()> now_;
 };
 
-Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::string& cluster) {
-  nlohmann::json j = {{"format", kFormatVersion}, {"partitions", partitions}, {"cluster", cluster}};
-  std::string tmp = dir + "/" + kMetaFile + ".tmp";
+// Writes <dir>/<name> atomically: a reader sees the old file or the new one.
+Status WriteJsonFile(const std::string& dir, const char* name, const nlohmann::json& j) {
+  std::string tmp = dir + "/" + name + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << j.dump(2) << "\n";
@@ -106,19 +106,27 @@ Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::str
     if (!f) return Status::IOError(fmt::format("writing {}", tmp));
   }
   std::error_code ec;
-  fs::rename(tmp, dir + "/" + kMetaFile, ec);
+  fs::rename(tmp, dir + "/" + name, ec);
   if (ec) return Status::IOError(fmt::format("renaming {}: {}", tmp, ec.message()));
   return Status::Ok();
 }
 
+Status WriteMetaFile(const std::string& dir, uint32_t partitions, const std::string& cluster) {
+  return WriteJsonFile(
+      dir, kMetaFile,
+      {{"format", kFormatVersion}, {"partitions", partitions}, {"cluster", cluster}});
+}
+
 // True when `dir` holds nothing but partition-NNN directories: empty, or a
 // state whose creation stopped before its TALLY file was written (its
-// partitions hold nothing yet, as no writer got the store before TALLY).
+// partitions hold nothing yet, as no writer got the store before TALLY;
+// HELD may be there, written just before TALLY).
 bool HoldsOnlyPartitionDirs(const std::string& dir, const std::vector<std::string>& side_files) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (std::find(side_files.begin(), side_files.end(), name) != side_files.end()) continue;
+    if (name == kHeldFile || name == std::string(kHeldFile) + ".tmp") continue;
     if (!it->is_directory(ec) || name.size() < 13 || name.rfind("partition-", 0) != 0 ||
         name.find_first_not_of("0123456789", 10) != std::string::npos) {
       return false;
@@ -148,6 +156,33 @@ Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* c
 }
 
 }  // namespace
+
+Status WriteHeldFile(const std::string& dir, const std::vector<uint32_t>& held) {
+  return WriteJsonFile(dir, kHeldFile, {{"held", held}});
+}
+
+Result<std::optional<std::vector<uint32_t>>> ReadHeldFile(const std::string& dir,
+                                                          uint32_t partitions) {
+  std::string path = dir + "/" + kHeldFile;
+  std::ifstream f(path);
+  if (!f) return std::optional<std::vector<uint32_t>>();
+  std::vector<uint32_t> held;
+  try {
+    nlohmann::json j = nlohmann::json::parse(f);
+    if (!j.is_object() || !j.contains("held") || !j["held"].is_array()) {
+      return Status::Corruption(fmt::format("{}: not a list of held partitions", path));
+    }
+    held = j["held"].get<std::vector<uint32_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(fmt::format("{}: {}", path, e.what()));
+  }
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  if (!held.empty() && held.back() >= partitions) {
+    return Status::Corruption(fmt::format("{}: partition {} of {}", path, held.back(), partitions));
+  }
+  return std::optional<std::vector<uint32_t>>(std::move(held));
+}
 
 Result<std::string> StateStore::PeekRecordedCluster(const std::string& dir) {
   uint32_t partitions = 0;
@@ -200,11 +235,27 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
         recorded_partitions, options.partitions));
   }
 
-  rocksdb::Options db_options;
+  const uint32_t n = rep->options.partitions;
+  // Which partitions to open.
+  std::vector<bool> wanted(n, !options.open_partitions.has_value());
+  if (options.open_partitions.has_value()) {
+    for (uint32_t p : *options.open_partitions) {
+      if (p >= n) {
+        return Status::InvalidArgument(
+            fmt::format("open_partitions names partition {}; {} has {}", p, dir, n));
+      }
+      wanted[p] = true;
+    }
+  }
   // Only a state created just now gets new databases: in an existing one, a
   // missing partition is damage to report, never an empty partition to
-  // count from (that would serve wrong counts silently).
-  db_options.create_if_missing = !options.read_only && create_meta;
+  // count from (that would serve wrong counts silently). Unless the caller
+  // names the partitions: a cluster member opens those it now holds, and
+  // one it never held starts empty and is replayed from the deltas' start.
+  const bool create_missing =
+      !options.read_only && (create_meta || options.open_partitions.has_value());
+
+  rocksdb::Options db_options;
   // A record torn by a crash at the end of the WAL is dropped (it was never
   // acknowledged); a damaged record anywhere else fails the open instead of
   // silently dropping everything after it.
@@ -288,105 +339,91 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   if (!options.read_only && options.read_cache_bytes > 0) {
     rep->cache = std::make_unique<CounterCache>(options.read_cache_bytes);
   }
+  if (!options.read_only) {
+    rep->reserve = std::make_unique<DiskReserve>(dir, options.min_free_bytes, options.free_bytes);
+  }
+  // A Partition for every partition of the state, held or not: the objects
+  // the applier and the readers use live as long as the store.
+  for (uint32_t i = 0; i < n; i++) {
+    auto prep = std::make_unique<Partition::Rep>();
+    prep->handoff = DbHandoff::Make(fmt::format("partition {}", i));
+    prep->read_only = options.read_only;
+    prep->write_options.sync = options.sync_writes;
+    prep->path = dir + "/" + PartitionDirName(i);
+    prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
+    prep->cache = rep->cache.get();
+    if (!options.read_only) prep->health = std::make_shared<WriteHealth>(i);
+    prep->reserve = rep->reserve.get();
+    rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
+  }
+  rep->wanted = wanted;
+
+  // A read-only store opens what its writer holds (HELD; every partition
+  // without the file).
+  std::optional<std::vector<uint32_t>> writer_held;
+  if (options.read_only) {
+    auto held = ReadHeldFile(dir, n);
+    if (!held.ok()) return held.status();
+    writer_held = std::move(held).value();
+  }
+  auto writer_holds = [](const std::optional<std::vector<uint32_t>>& held, uint32_t p) {
+    return !held.has_value() || std::binary_search(held->begin(), held->end(), p);
+  };
+  std::vector<uint32_t> to_open;
+  for (uint32_t i = 0; i < n; i++) {
+    if (wanted[i] && writer_holds(writer_held, i)) to_open.push_back(i);
+  }
+
   // Partitions open concurrently: an open is mostly waiting (creating a
   // database syncs its MANIFEST, CURRENT, OPTIONS and directory; reopening
   // one replays its WAL). What that saves: store/README.md.
-  const uint32_t n = rep->options.partitions;
-  // Writable partitions: RocksDB's info log written so that a full disk
-  // drops lines instead of aborting (info_log.h); RocksDB's recovery from a
-  // full disk driven by an SstFileManager of their own (each polls the free
-  // space and resumes its database; one shared by all would resume them one
-  // at a time, 5 s apart), with the reserve as compaction headroom; and a
-  // listener that tells WriteProblem() why writes stopped.
-  std::vector<std::shared_ptr<rocksdb::Logger>> info_logs(n);
-  std::vector<std::shared_ptr<rocksdb::SstFileManager>> file_managers(n);
-  std::vector<std::shared_ptr<WriteHealth>> healths(n);
-  if (!options.read_only) {
-    rep->reserve = std::make_unique<DiskReserve>(dir, options.min_free_bytes, options.free_bytes);
-    for (uint32_t i = 0; i < n; i++) {
-      info_logs[i] = std::make_shared<InfoLog>(dir + "/" + PartitionDirName(i) + "/LOG", 4 << 20);
-      file_managers[i].reset(rocksdb::NewSstFileManager(db_options.env, info_logs[i]));
-      file_managers[i]->SetCompactionBufferSize(options.min_free_bytes);
-      healths[i] = std::make_shared<WriteHealth>(i);
-    }
-  }
-  // Partitions fill at about the same rate: with equal memtables they would
-  // all flush within a second or two, and that burst (a core busy building
-  // tables, then level-0 compactions) is what a reader waiting for fresh
-  // counts saw as its worst latency. Memtable sizes from 0.5x to 1.5x the
-  // configured one (the same total) spread the flushes out.
-  auto partition_options = [&](uint32_t i) {
-    rocksdb::Options o = db_options;
-    o.write_buffer_size =
-        static_cast<size_t>(static_cast<double>(db_options.write_buffer_size) *
-                            (0.5 + (static_cast<double>(i) + 0.5) / static_cast<double>(n)));
-    if (!options.read_only) {
-      o.info_log = info_logs[i];
-      o.sst_file_manager = file_managers[i];
-      o.listeners.push_back(healths[i]);
-    }
-    return o;
-  };
-  std::vector<rocksdb::DB*> raws(n, nullptr);
-  std::vector<rocksdb::Status> opened(n);
-  std::vector<std::string> currents(n);
-  std::atomic<uint32_t> next{0};
+  const size_t m = to_open.size();
+  std::vector<rocksdb::DB*> raws(m, nullptr);
+  std::vector<rocksdb::Status> opened(m);
+  std::vector<rocksdb::Options> used(m);
+  std::vector<std::string> currents(m);
+  std::atomic<size_t> next{0};
   auto open_some = [&] {
-    for (uint32_t i; (i = next.fetch_add(1)) < n;) {
-      std::string path = dir + "/" + PartitionDirName(i);
-      if (options.read_only) {
-        currents[i] = ReadCurrentFile(path);
-        opened[i] = rocksdb::DB::OpenAsSecondary(
-            partition_options(i), path, rep->secondary_dir + "/" + PartitionDirName(i) + ".0",
-            &raws[i]);
-      } else {
-        opened[i] = rocksdb::DB::Open(partition_options(i), path, &raws[i]);
-      }
+    for (size_t k; (k = next.fetch_add(1)) < m;) {
+      opened[k] = rep->OpenDb(to_open[k], create_missing, &raws[k], &used[k], &currents[k]);
     }
   };
   {
     std::vector<std::thread> openers;
-    for (uint32_t t = 1; t < std::min<uint32_t>(n, kOpenThreads); t++)
-      openers.emplace_back(open_some);
+    for (size_t t = 1; t < std::min<size_t>(m, kOpenThreads); t++) openers.emplace_back(open_some);
     open_some();
     for (auto& t : openers) t.join();
   }
-  for (uint32_t i = 0; i < n; i++) {
-    if (opened[i].ok()) continue;
-    for (rocksdb::DB* db : raws) delete db;  // the ones that did open; null otherwise
-    // Opening writes (a MANIFEST, an OPTIONS file, a WAL): on a full disk
-    // say that first, and what to do.
-    if (rep->reserve != nullptr) {
-      if (Status full = rep->reserve->Check(); !full.ok() || opened[i].IsNoSpace()) {
-        return Status::ResourceExhausted(
-            fmt::format("cannot open {}/{}: {}; free space on that disk and start again", dir,
-                        PartitionDirName(i), full.ok() ? opened[i].ToString() : full.message()));
-      }
+  Status failed;
+  for (size_t k = 0; k < m && failed.ok(); k++) {
+    if (opened[k].ok()) continue;
+    // A writer may have closed (or dropped) it since HELD was read.
+    if (writer_held.has_value()) {
+      auto again = ReadHeldFile(dir, n);
+      if (again.ok() && !writer_holds(*again, to_open[k])) continue;
     }
-    return FromRocks(opened[i], fmt::format("opening {}/{}", dir, PartitionDirName(i)));
+    failed = rep->OpenFailed(to_open[k], opened[k]);
   }
-  for (uint32_t i = 0; i < n; i++) {
-    std::string path = dir + "/" + PartitionDirName(i);
-    auto prep = std::make_unique<Partition::Rep>();
-    prep->db.store(std::shared_ptr<rocksdb::DB>(raws[i]));
-    prep->read_only = options.read_only;
-    prep->write_options.sync = options.sync_writes;
-    prep->path = path;
-    prep->options = partition_options(i);
-    prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
-    prep->current = std::move(currents[i]);
-    prep->cache = rep->cache.get();
-    prep->health = healths[i];
-    prep->reserve = rep->reserve.get();
-    rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));
+  // Each database is owned by its partition from here (Publish), so a
+  // failure closes the ones published (Rep's destructor).
+  for (size_t k = 0; k < m; k++) {
+    if (raws[k] == nullptr) continue;
+    if (!failed.ok()) {
+      delete raws[k];
+      continue;
+    }
+    failed = rep->Publish(to_open[k], raws[k], std::move(used[k]), std::move(currents[k]));
   }
-  // Every database is owned by its partition now, so a failure below closes
-  // them all (Rep's destructor) instead of leaking the later ones.
-  for (uint32_t i = 0; i < n; i++) {
-    TALLY_RETURN_IF_ERROR(rep->partitions[i]->rep_->LoadNoticeIds(raws[i], i));
+  if (!failed.ok()) return failed;
+  // HELD before TALLY: a follower that sees TALLY knows what to open.
+  if (!options.read_only) {
+    std::lock_guard<std::mutex> l(rep->control_mu);
+    rep->RecordHeld();
   }
   if (create_meta) TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, options.partitions, ""));
-  TALLY_LOG_INFO("store", "opened {} ({} partitions{}{})", dir, rep->options.partitions,
+  const size_t held = rep->Held().size();
+  TALLY_LOG_INFO("store", "opened {} ({} partitions{}{}{})", dir, n,
+                 held == n ? "" : fmt::format(", {} held", held),
                  options.read_only ? ", read-only" : "",
                  rep->cluster.empty() ? "" : ", built from cluster " + rep->cluster);
   if (rep->reserve != nullptr) {
@@ -400,6 +437,60 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     s->rep_->follower = std::thread([s] { s->FollowWriter(); });
   }
   return store;
+}
+
+rocksdb::Options StateStore::Rep::PartitionOptions(uint32_t i, bool create_if_missing) const {
+  const uint32_t n = static_cast<uint32_t>(partitions.size());
+  rocksdb::Options o = db_options;
+  o.create_if_missing = create_if_missing;
+  // Partitions fill at about the same rate: with equal memtables they would
+  // all flush within a second or two, and that burst (a core busy building
+  // tables, then level-0 compactions) is what a reader waiting for fresh
+  // counts saw as its worst latency. Memtable sizes from 0.5x to 1.5x the
+  // configured one (the same total) spread the flushes out.
+  o.write_buffer_size =
+      static_cast<size_t>(static_cast<double>(db_options.write_buffer_size) *
+                          (0.5 + (static_cast<double>(i) + 0.5) / static_cast<double>(n)));
+  // Writable partitions: RocksDB's info log written so that a full disk
+  // drops lines instead of aborting (info_log.h); RocksDB's recovery from a
+  // full disk driven by an SstFileManager of their own (each polls the free
+  // space and resumes its database; one shared by all would resume them one
+  // at a time, 5 s apart), with the reserve as compaction headroom; and a
+  // listener that tells WriteProblem() why writes stopped.
+  if (!options.read_only) {
+    auto log = std::make_shared<InfoLog>(options.dir + "/" + PartitionDirName(i) + "/LOG", 4 << 20);
+    std::shared_ptr<rocksdb::SstFileManager> files(rocksdb::NewSstFileManager(db_options.env, log));
+    files->SetCompactionBufferSize(options.min_free_bytes);
+    o.info_log = std::move(log);
+    o.sst_file_manager = std::move(files);
+    o.listeners.push_back(partitions[i]->rep_->health);
+  }
+  return o;
+}
+
+rocksdb::Status StateStore::Rep::OpenDb(uint32_t i, bool create_if_missing, rocksdb::DB** db,
+                                        rocksdb::Options* o, std::string* current) {
+  Partition::Rep& r = *partitions[i]->rep_;
+  *o = PartitionOptions(i, create_if_missing);
+  if (options.read_only) {
+    *current = ReadCurrentFile(r.path);
+    return rocksdb::DB::OpenAsSecondary(*o, r.path,
+                                        fmt::format("{}.{}", r.secondary_base, r.generation), db);
+  }
+  return rocksdb::DB::Open(*o, r.path, db);
+}
+
+Status StateStore::Rep::OpenFailed(uint32_t i, const rocksdb::Status& s) const {
+  // Opening writes (a MANIFEST, an OPTIONS file, a WAL): on a full disk
+  // say that first, and what to do.
+  if (reserve != nullptr) {
+    if (Status full = reserve->Check(); !full.ok() || s.IsNoSpace()) {
+      return Status::ResourceExhausted(
+          fmt::format("cannot open {}/{}: {}; free space on that disk and start again", options.dir,
+                      PartitionDirName(i), full.ok() ? s.ToString() : full.message()));
+    }
+  }
+  return FromRocks(s, fmt::format("opening {}/{}", options.dir, PartitionDirName(i)));
 }
 
 Status StateStore::RecordCluster(const std::string& identity) {

@@ -43,7 +43,8 @@ const char* CounterKindName(char kind) {
 }  // namespace
 
 Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
-                                    const std::function<void(size_t, const int64_t*)>& fill) const {
+                                    const std::function<void(size_t, const int64_t*)>& fill,
+                                    MissingPartitions* missing) const {
   const uint32_t n = partitions();
   CounterCache* cache = rep_->cache.get();
   int64_t v[8];
@@ -74,17 +75,33 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
     slices[k] = keys[k];
   }
+  // Partitions not held, ascending (allocated only when there are some). A
+  // record of one is never in the cache: a close drops them all.
+  std::vector<uint32_t> not_held;
   for (size_t begin = 0, end = 0; begin < misses.size(); begin = end) {
     const uint32_t p = misses[begin].partition;
     for (end = begin; end < misses.size() && misses[end].partition == p; end++) {
     }
     std::shared_ptr<rocksdb::DB> db_ref = rep_->partitions[p]->rep_->db.load();
     rocksdb::DB* db = db_ref.get();
+    if (db == nullptr) {
+      not_held.push_back(p);
+      continue;
+    }
     db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin,
                  slices.data() + begin, values.data() + begin, statuses.data() + begin);
   }
+  if (!not_held.empty()) {
+    if (missing == nullptr) return NotHeldError(not_held);
+    missing->partitions.insert(missing->partitions.end(), not_held.begin(), not_held.end());
+  }
   for (size_t k = 0; k < misses.size(); k++) {
     const uint64_t id = ids[misses[k].index];
+    if (!not_held.empty() &&
+        std::binary_search(not_held.begin(), not_held.end(), misses[k].partition)) {
+      missing->positions.push_back(misses[k].index);
+      continue;
+    }
     if (statuses[k].IsNotFound()) {
       std::fill(v, v + nfields, 0);
     } else if (!statuses[k].ok()) {
@@ -99,18 +116,23 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
   return Status::Ok();
 }
 
-Status StateStore::GetPostCounts(std::span<const uint64_t> ids,
-                                 std::vector<PostCounts>* out) const {
+Status StateStore::GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out,
+                                 MissingPartitions* missing) const {
   out->assign(ids.size(), PostCounts());
   for (size_t i = 0; i < ids.size(); i++) (*out)[i].post_id = ids[i];
-  return MultiGetCounters(static_cast<char>(RecordKind::kPostCounters), schemas::kPostFieldCount,
-                          ids, [out](size_t i, const int64_t* v) {
-                            PostCounts& pc = (*out)[i];
-                            pc.like = v[0];
-                            pc.repost = v[1];
-                            pc.comment = v[2];
-                            pc.view = v[3];
-                          });
+  if (missing != nullptr) *missing = MissingPartitions();
+  Status st = MultiGetCounters(
+      static_cast<char>(RecordKind::kPostCounters), schemas::kPostFieldCount, ids,
+      [out](size_t i, const int64_t* v) {
+        PostCounts& pc = (*out)[i];
+        pc.like = v[0];
+        pc.repost = v[1];
+        pc.comment = v[2];
+        pc.view = v[3];
+      },
+      missing);
+  if (missing != nullptr) Normalize(missing);
+  return st;
 }
 
 namespace {
@@ -164,6 +186,38 @@ Status ReadCounters(rocksdb::DB* db, RecordKind kind, uint64_t id, int64_t* v, i
   }
   return Status::Ok();
 }
+
+// The user's followees, ascending, from the database of the user's partition.
+Result<std::vector<uint64_t>> ReadFollowees(rocksdb::DB* db, uint64_t user_id) {
+  std::string prefix;
+  EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
+  PrefixScan it(db, prefix);
+  std::vector<uint64_t> out;
+  for (; it.Valid(); it.Next()) {
+    if (it.key().size() != prefix.size() + 8) {
+      return Status::Corruption(fmt::format("user {}: malformed follow edge key", user_id));
+    }
+    out.push_back(DecodeBigEndian64(it.key().data() + prefix.size()));
+  }
+  if (!it.status().ok())
+    return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
+  return out;
+}
+
+// The user's feed snapshot, from the database of the user's partition.
+Result<FeedSnapshot> ReadSnapshot(rocksdb::DB* db, uint64_t user_id) {
+  std::string key;
+  EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
+  FeedSnapshot snap;
+  if (s.IsNotFound()) return snap;
+  if (!s.ok()) return FromRocks(s, fmt::format("reading feed snapshot of {}", user_id));
+  if (!DecodeSnapshot(std::string_view(value.data(), value.size()), &snap)) {
+    return Status::Corruption(fmt::format("user {}: feed snapshot does not decode", user_id));
+  }
+  return snap;
+}
 }  // namespace
 
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
@@ -194,57 +248,81 @@ Result<bool> StateStore::IsLiked(uint64_t post_id, uint64_t user_id) const {
 }
 
 Result<std::vector<uint64_t>> StateStore::GetFollowees(uint64_t user_id) const {
-  std::string prefix;
-  EncodeKey(RecordKind::kFollowEdge, user_id, &prefix);
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
-  rocksdb::DB* db = db_ref.get();
-  PrefixScan it(db, prefix);
-  std::vector<uint64_t> out;
-  for (; it.Valid(); it.Next()) {
-    if (it.key().size() != prefix.size() + 8) {
-      return Status::Corruption(fmt::format("user {}: malformed follow edge key", user_id));
-    }
-    out.push_back(DecodeBigEndian64(it.key().data() + prefix.size()));
-  }
-  if (!it.status().ok())
-    return FromRocks(it.status(), fmt::format("listing followees of {}", user_id));
-  return out;
+  std::shared_ptr<rocksdb::DB> db = rep_->DbOf(user_id);
+  if (db == nullptr) return NotHeld(schemas::PartitionOf(user_id, partitions()));
+  return ReadFollowees(db.get(), user_id);
 }
 
 Result<uint64_t> StateStore::NewestNoticeId() const {
   std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  if (ids == nullptr) return NotHeld(rep_->GlobalId());
   return ids->empty() ? 0 : ids->back();
 }
 
+namespace {
+// The partitions of `a` and `b` that are not held (`a_held`, `b_held`), as
+// a NotHeldError.
+Status NotHeldOf(uint32_t a, bool a_held, uint32_t b, bool b_held) {
+  std::vector<uint32_t> parts;
+  if (!a_held) parts.push_back(a);
+  if (!b_held && (a_held || b != a)) parts.push_back(b);
+  std::sort(parts.begin(), parts.end());
+  return NotHeldError(parts);
+}
+}  // namespace
+
 Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
   std::shared_ptr<rocksdb::DB> udb = rep_->DbOf(user_id);
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  if (udb == nullptr || ids == nullptr) {
+    return NotHeldOf(schemas::PartitionOf(user_id, partitions()), udb != nullptr, rep_->GlobalId(),
+                     ids != nullptr);
+  }
   int64_t read[2];
   bool has_read = false;
   TALLY_RETURN_IF_ERROR(ReadCounters(udb.get(), RecordKind::kNoticeRead, user_id, read, 2,
                                      "notice read of user", &has_read));
-  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
   return NoticesAbove(
       *ids, has_read ? std::optional<uint64_t>(static_cast<uint64_t>(read[0])) : std::nullopt);
 }
 
-Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
-  UnreadView view;
-  auto counters = GetUnreadCounters(user_id);
-  if (!counters.ok()) return counters.status();
-  view.counters = *counters;
+Result<UnreadView> StateStore::GetUnread(uint64_t user_id, UnreadGaps* gaps) const {
+  // Without `gaps` every gap is an error, naming every partition missing.
+  UnreadGaps own_gaps;
+  if (gaps == nullptr) gaps = &own_gaps;
+  *gaps = UnreadGaps();
+  const uint32_t user_partition = schemas::PartitionOf(user_id, partitions());
+  const uint32_t global_partition = rep_->GlobalId();
   std::shared_ptr<rocksdb::DB> udb_ref = rep_->DbOf(user_id);
   rocksdb::DB* udb = udb_ref.get();
   std::shared_ptr<rocksdb::DB> gdb_ref = rep_->DbOf(schemas::kGlobalEntity);
   rocksdb::DB* gdb = gdb_ref.get();
+  std::shared_ptr<const NoticeIds> ids = rep_->GlobalPartition().notice_ids.load();
+  const bool global_held = gdb != nullptr && ids != nullptr;
+  if (udb == nullptr) return NotHeldOf(user_partition, false, global_partition, global_held);
+  if (!global_held) {
+    gaps->notice = gaps->red_dots = true;
+    gaps->partitions.push_back(global_partition);
+  }
 
-  auto notice = GetNoticeUnread(user_id);
-  if (!notice.ok()) return notice.status();
-  view.notice = *notice;
+  UnreadView view;
+  auto counters = GetUnreadCounters(user_id);
+  if (!counters.ok()) return counters.status();
+  view.counters = *counters;
+
+  if (global_held) {
+    int64_t read[2];
+    bool has_read = false;
+    TALLY_RETURN_IF_ERROR(ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2,
+                                       "notice read of user", &has_read));
+    view.notice = NoticesAbove(
+        *ids, has_read ? std::optional<uint64_t>(static_cast<uint64_t>(read[0])) : std::nullopt);
+  }
 
   // Red dots: the user's click times, then the global times (the read cache
   // holds those), which decide together (RedDotsShown).
   std::map<std::string, int64_t> mine;
-  {
+  if (global_held) {
     std::string prefix;
     EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
     PrefixScan it(udb, prefix);
@@ -257,7 +335,7 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
     }
     if (!it.status().ok()) return FromRocks(it.status(), "listing red dots");
   }
-  {
+  if (global_held) {
     CounterCache* cache = rep_->cache.get();
     uint64_t lease = 0;
     std::shared_ptr<const CounterCache::RedDots> dots;
@@ -281,44 +359,66 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id) const {
   }
 
   // Feed: the current post counts are read only for a snapshot that has
-  // followees (FeedUnread of any other is 0).
-  auto snap = GetFeedSnapshot(user_id);
+  // followees (FeedUnread of any other is 0). A followee whose partition is
+  // not held adds nothing here (its count reads as 0, below any snapshot's):
+  // the gap lists it with its count in the snapshot.
+  auto snap = ReadSnapshot(udb, user_id);
   if (!snap.ok()) return snap.status();
   if (snap->exists && !snap->followees.empty()) {
-    auto now = CurrentFolloweePosts(user_id);
+    MissingPartitions missing;
+    auto followees = ReadFollowees(udb, user_id);
+    if (!followees.ok()) return followees.status();
+    auto now = PostCountsOf(std::move(followees).value(), &missing);
     if (!now.ok()) return now.status();
     view.feed = FeedUnread(*snap, *now);
+    if (!missing.empty()) {
+      gaps->partitions.insert(gaps->partitions.end(), missing.partitions.begin(),
+                              missing.partitions.end());
+      // Those followees of the snapshot (both lists ascend by id).
+      auto s = snap->followees.begin();
+      for (size_t pos : missing.positions) {
+        const uint64_t f = (*now)[pos].first;
+        while (s != snap->followees.end() && s->first < f) ++s;
+        if (s != snap->followees.end() && s->first == f) gaps->feed_followees.push_back(*s);
+      }
+    }
+  }
+  if (!gaps->partitions.empty()) {
+    std::sort(gaps->partitions.begin(), gaps->partitions.end());
+    gaps->partitions.erase(std::unique(gaps->partitions.begin(), gaps->partitions.end()),
+                           gaps->partitions.end());
+    if (gaps == &own_gaps) return NotHeldError(gaps->partitions);
   }
   return view;
 }
 
 Result<FeedSnapshot> StateStore::GetFeedSnapshot(uint64_t user_id) const {
-  std::string key;
-  EncodeKey(RecordKind::kFeedSnapshot, user_id, &key);
-  std::shared_ptr<rocksdb::DB> db_ref = rep_->DbOf(user_id);
-  rocksdb::DB* db = db_ref.get();
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &value);
-  FeedSnapshot snap;
-  if (s.IsNotFound()) return snap;
-  if (!s.ok()) return FromRocks(s, fmt::format("reading feed snapshot of {}", user_id));
-  if (!DecodeSnapshot(std::string_view(value.data(), value.size()), &snap)) {
-    return Status::Corruption(fmt::format("user {}: feed snapshot does not decode", user_id));
-  }
-  return snap;
+  std::shared_ptr<rocksdb::DB> db = rep_->DbOf(user_id);
+  if (db == nullptr) return NotHeld(schemas::PartitionOf(user_id, partitions()));
+  return ReadSnapshot(db.get(), user_id);
+}
+
+Result<std::vector<std::pair<uint64_t, uint64_t>>> StateStore::PostCountsOf(
+    std::vector<uint64_t> users, MissingPartitions* missing) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(users.size());
+  for (uint64_t u : users) out.emplace_back(u, 0);
+  if (missing != nullptr) *missing = MissingPartitions();
+  TALLY_RETURN_IF_ERROR(MultiGetCounters(
+      static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount, users,
+      [&out](size_t i, const int64_t* v) { out[i].second = static_cast<uint64_t>(v[0]); },
+      missing));
+  if (missing != nullptr) Normalize(missing);
+  return out;
 }
 
 Result<std::vector<std::pair<uint64_t, uint64_t>>> StateStore::CurrentFolloweePosts(
-    uint64_t user_id) const {
-  auto followees = GetFollowees(user_id);
+    uint64_t user_id, MissingPartitions* missing) const {
+  std::shared_ptr<rocksdb::DB> udb = rep_->DbOf(user_id);
+  if (udb == nullptr) return NotHeld(schemas::PartitionOf(user_id, partitions()));
+  auto followees = ReadFollowees(udb.get(), user_id);
   if (!followees.ok()) return followees.status();
-  std::vector<std::pair<uint64_t, uint64_t>> out;
-  out.reserve(followees->size());
-  for (uint64_t f : *followees) out.emplace_back(f, 0);
-  TALLY_RETURN_IF_ERROR(MultiGetCounters(
-      static_cast<char>(RecordKind::kUserCounters), schemas::kUserFieldCount, *followees,
-      [&out](size_t i, const int64_t* v) { out[i].second = static_cast<uint64_t>(v[0]); }));
-  return out;
+  return PostCountsOf(std::move(followees).value(), missing);
 }
 
 Result<bool> StateStore::MaybeViewed(uint64_t post_id, uint64_t user_id) const {
@@ -331,6 +431,7 @@ Result<bool> StateStore::MaybeViewed(uint64_t post_id, uint64_t user_id) const {
   EncodeViewChunkKey(probe.table_id, probe.chunk, &key);
   rocksdb::PinnableSlice chunk;
   std::shared_ptr<rocksdb::DB> db = p->rep_->db.load();
+  if (db == nullptr) return NotHeld(p->id());
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), key, &chunk);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocks(s, "reading viewed chunk");

@@ -51,6 +51,11 @@ class WriteHealth : public rocksdb::EventListener {
   // True after a WAL write failed, until ClearWalWriteFailed() (a reopen).
   bool WalWriteFailed() const { return wal_write_failed_.load(std::memory_order_acquire); }
   void ClearWalWriteFailed() { wal_write_failed_.store(false, std::memory_order_release); }
+  // Forgets everything: the partition was closed, or opened afresh.
+  void Reset() {
+    Clear();
+    ClearWalWriteFailed();
+  }
 
   void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* bg_error) override;
   void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason reason, rocksdb::Status bg_error,

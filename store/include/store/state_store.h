@@ -9,12 +9,20 @@
 // WriteBatch as the state it produced. <state-dir>/TALLY records the format,
 // the partition count and the Kafka cluster the state was built from.
 //
+// A store need not hold every partition: a cluster member holds those it
+// owns or stands by for (StoreOptions::open_partitions, then
+// OpenPartition/ClosePartition/DropPartition while it serves). A read or a
+// write of a partition not held answers NotHeldError (IsNotHeld); reads that
+// span partitions can instead fill what is held and list what is not
+// (MissingPartitions, UnreadGaps), so the caller can ask the owners.
+//
 // Writers: only the applier thread that owns a partition (Commit).
-// Readers: any thread, concurrently (the HTTP tier). A store opened with
+// Readers: any thread, concurrently (the HTTP tier). The partitions held
+// change on one control thread, concurrently with both. A store opened with
 // read_only follows a running writer in another process (RocksDB secondary
-// instance) and sees its writes after CatchUp(), which a thread of the
-// store's own (tally-follow) calls every catch_up_interval_ms while it is
-// open.
+// instance) and sees its writes, and which partitions it holds, after
+// CatchUp(), which a thread of the store's own (tally-follow) calls every
+// catch_up_interval_ms while it is open.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +88,36 @@ struct StoreOptions {
   // SST, MANIFEST) fails with an IOError while this file exists, as on a full
   // disk (store/src/fault_file_system.h). Reads are untouched.
   std::string fault_file;
+  // Which partitions Open() opens. nullopt (the default): every one, and in
+  // an existing state each must exist (a missing one is damage). A list
+  // (ids below the partition count, possibly none): those, a writable store
+  // creating the ones missing (a member that newly holds a partition starts
+  // it empty and replays its deltas), a read_only one opening those its
+  // writer holds (and following the writer's opens and closes among them).
+  // The TALLY file records the full partition count either way.
+  std::optional<std::vector<uint32_t>> open_partitions;
+};
+
+// A read or write of a partition this store does not hold (never opened,
+// closed or dropped): Unavailable, its message naming the partitions
+// ("partition 5 is not held here", "partitions 3, 5 are not held here").
+// The query tier maps it to 503 partition_moving, or asks the owners.
+base::Status NotHeldError(std::span<const uint32_t> partitions);
+// True if `st` is a NotHeldError (context may have been added in front).
+bool IsNotHeld(const base::Status& st);
+// The partitions a NotHeldError names, ascending; empty for any other status.
+std::vector<uint32_t> NotHeldPartitions(const base::Status& st);
+
+// What a read spanning partitions could not read here because this store
+// does not hold them: the partitions, ascending, and for a batch the
+// positions (in the ids given) of the ids not read, ascending: those the
+// partitions own (while a partition closes, some of its ids may still be
+// answered, from the read cache; they are not listed). Empty when
+// everything was read.
+struct MissingPartitions {
+  std::vector<uint32_t> partitions;
+  std::vector<size_t> positions;
+  bool empty() const { return partitions.empty(); }
 };
 
 struct PostCounts {
@@ -110,6 +148,22 @@ struct FeedSnapshot {
   bool exists = false;
   int64_t taken_ts = 0;
   std::vector<std::pair<uint64_t, uint64_t>> followees;  // ascending id
+};
+
+// What GetUnread could not count here because a partition it needs is not
+// held. The notice count and the red dots need the partition of
+// kGlobalEntity (every member of a cluster holds it, so this is a moment of
+// a move); they are then 0 and empty in the view. The feed needs the
+// partitions of the followees: the view's feed then sums only the followees
+// read, and `feed_followees` lists the others with their post counts in the
+// snapshot, so the caller can read their counts from their owners and add
+// max(0, posts now - posts then) for each (the feed is that sum).
+struct UnreadGaps {
+  bool notice = false;
+  bool red_dots = false;
+  std::vector<std::pair<uint64_t, uint64_t>> feed_followees;  // ascending id
+  std::vector<uint32_t> partitions;                           // missing, ascending
+  bool empty() const { return partitions.empty(); }
 };
 
 // The ids of a partition's notices, ascending.
@@ -180,11 +234,17 @@ class PartitionBatch {
 
  private:
   friend class Partition;
+  friend class StateStore;  // ResetProgress of a partition not held
   struct Rep;
   std::unique_ptr<Rep> rep_;
 };
 
-// One partition's RocksDB. Owned by StateStore.
+// One partition's RocksDB. Owned by StateStore, which has one for every
+// partition of the state whether it holds it or not: the object lives as
+// long as the store, its database comes and goes (StateStore::
+// OpenPartition). While the partition is not held its reads, Commit,
+// Resume and LoadProgress answer NotHeldError (HasNotice: false;
+// WriteProblem: "").
 class Partition {
  public:
   ~Partition();
@@ -203,7 +263,8 @@ class Partition {
 
   // Whether notice `notice_id` is in the partition's notice list as
   // committed (only the partition of kGlobalEntity has one): an in-memory
-  // lookup, no I/O. Safe for concurrent use.
+  // lookup, no I/O; false if the partition is not held. Safe for concurrent
+  // use.
   bool HasNotice(uint64_t notice_id) const;
   // The "viewed" table metadata of this partition (empty tables if none).
   base::Result<ViewedTables> LoadViewedTables(const ViewedOptions& options) const;
@@ -213,9 +274,11 @@ class Partition {
 
   // Writes `batch` atomically (state and progress together); the read
   // cache and the notice ids follow it before it returns. On error nothing
-  // of the batch is visible: ResourceExhausted (writing nothing) while the
-  // disk has less than StoreOptions::min_free_bytes free, or RocksDB's
-  // error. Only the owning applier thread calls it.
+  // of the batch is visible: NotHeldError if the partition is not held (a
+  // ClosePartition racing the commit waits for it instead),
+  // ResourceExhausted (writing nothing) while the disk has less than
+  // StoreOptions::min_free_bytes free, or RocksDB's error. Only the owning
+  // applier thread calls it.
   base::Status Commit(PartitionBatch* batch);
 
   // After a failed Commit(): RocksDB may have stopped accepting writes (its
@@ -226,7 +289,8 @@ class Partition {
   // from (an I/O error on a WAL write: a failing disk) it closes the
   // database and opens it again (readers use a read-only instance in
   // between). OK once it accepts writes again; the error while the cause
-  // persists. Reads work throughout. Applier thread only.
+  // persists. Reads work throughout. NotHeldError if the partition is not
+  // held. Applier thread only.
   base::Status Resume();
 
   // "" while the partition writes; else why its last commit failed or why
@@ -250,20 +314,53 @@ void DisablePerfCounters();
 
 class StateStore {
  public:
-  // Opens (creating if allowed and missing) every partition under
-  // options.dir; a read_only store starts its catch-up thread. InvalidArgument
-  // if the directory was made with another partition count; Corruption if
-  // its TALLY file or a database is damaged; IOError if the directory cannot
-  // be used. The caller owns the store.
+  // Opens (creating if allowed and missing) the partitions under
+  // options.dir that options.open_partitions names (every one by default);
+  // a read_only store starts its catch-up thread. InvalidArgument if the
+  // directory was made with another partition count or open_partitions
+  // names one beyond it; Corruption if its TALLY file or a database is
+  // damaged; IOError if the directory cannot be used. The caller owns the
+  // store.
   static base::Result<std::unique_ptr<StateStore>> Open(const StoreOptions& options);
   // Stops (and joins) the catch-up thread, then closes every partition.
   ~StateStore();
 
+  // The partition count of the state (TALLY), held here or not.
   uint32_t partitions() const;
   const std::string& dir() const;
   const StoreOptions& options() const;
-  // Borrowed; valid while the store lives. Precondition: i < partitions().
+  // Borrowed; valid while the store lives, held or not. Precondition:
+  // i < partitions().
   Partition* partition(uint32_t i);
+
+  // The partitions held change at run time (a cluster member takes a
+  // partition over, stands by for it, gives it away). These three run on
+  // one control thread (calls are serialized), concurrently with reads on
+  // any thread and with commits of the partitions that stay held; each
+  // answers InvalidArgument for p >= partitions(), and FailedPrecondition
+  // on a read_only store, which holds what its writer holds (CatchUp).
+  // Writers record the set held in <state-dir>/HELD for their followers.
+  //
+  // Opens partition p, creating its database if it has none, with the
+  // options of Open(), and loads its notice ids: once it returns, reads and
+  // commits of p are served. OK if p is held already. ResourceExhausted
+  // while the disk is below the reserve; RocksDB's error if it cannot open.
+  base::Status OpenPartition(uint32_t p);
+  // Stops serving p: reads and commits that start after this began answer
+  // NotHeldError; those in flight finish first (this waits for them), then
+  // the database is closed on this thread, so when it returns its files are
+  // released and OpenPartition(p) may open it again. Its data stays on
+  // disk. OK if p is not held.
+  base::Status ClosePartition(uint32_t p);
+  // ClosePartition(p), then deletes p's directory: a later OpenPartition(p)
+  // starts empty. OK if p was not held or had no directory.
+  base::Status DropPartition(uint32_t p);
+  // Whether p is held (false for p >= partitions()). Safe for concurrent use;
+  // an answer may be stale by the time the caller acts on it (a read then
+  // answers NotHeldError).
+  bool HoldsPartition(uint32_t p) const;
+  // The partitions held, ascending. Safe for concurrent use.
+  std::vector<uint32_t> HeldPartitions() const;
 
   // The cluster identity recorded in TALLY ("" if none yet).
   std::string recorded_cluster() const;
@@ -274,37 +371,52 @@ class StateStore {
   // Records `identity` in TALLY (atomically, by rename). Not for read_only.
   base::Status RecordCluster(const std::string& identity);
 
-  // Reads, safe for concurrent use. Unknown ids read as zeros.
+  // Reads, safe for concurrent use. Unknown ids read as zeros. A read of a
+  // partition not held answers NotHeldError naming every partition it
+  // needed and did not find.
   // Fills `out` (resized to ids.size()) in the order of `ids`, with one
-  // batched MultiGet per partition touched.
-  base::Status GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out) const;
+  // batched MultiGet per partition touched. With `missing`: the ids of
+  // partitions not held read as zeros and are listed there (their
+  // partitions and positions), and the call answers OK.
+  base::Status GetPostCounts(std::span<const uint64_t> ids, std::vector<PostCounts>* out,
+                             MissingPartitions* missing = nullptr) const;
   base::Result<UserCounts> GetUserCounts(uint64_t user_id) const;
   base::Result<UnreadCounters> GetUnreadCounters(uint64_t user_id) const;
   base::Result<bool> IsLiked(uint64_t post_id, uint64_t user_id) const;
   // The user's followees in ascending id order.
   base::Result<std::vector<uint64_t>> GetFollowees(uint64_t user_id) const;
-  // Everything of `GET /v1/users/{id}/unread`.
-  base::Result<UnreadView> GetUnread(uint64_t user_id) const;
+  // Everything of `GET /v1/users/{id}/unread`: the user's partition, the
+  // partition of kGlobalEntity and the followees' partitions. With `gaps`,
+  // only the user's partition must be held: what needs the others is left
+  // out of the view and said in *gaps (cleared first).
+  base::Result<UnreadView> GetUnread(uint64_t user_id, UnreadGaps* gaps = nullptr) const;
   // Its notice part: how many notices of the list have an id above the
   // user's last-read id, in whatever order they arrived (0 without a
-  // last-read id). A binary search in memory beside one point read.
+  // last-read id). A binary search in memory beside one point read. Needs
+  // the user's partition and that of kGlobalEntity.
   base::Result<int64_t> GetNoticeUnread(uint64_t user_id) const;
   // The user's snapshot (exists=false if the user never reset the feed).
   base::Result<FeedSnapshot> GetFeedSnapshot(uint64_t user_id) const;
   // The current post count of each of the user's followees, ascending id:
-  // the snapshot a feed reset records. One MultiGet per partition.
-  base::Result<std::vector<std::pair<uint64_t, uint64_t>>> CurrentFolloweePosts(uint64_t user_id) const;
+  // the snapshot a feed reset records. One MultiGet per partition. The
+  // user's partition must be held; with `missing`, followees of partitions
+  // not held read as 0 and are listed there (positions in the result).
+  base::Result<std::vector<std::pair<uint64_t, uint64_t>>> CurrentFolloweePosts(
+      uint64_t user_id, MissingPartitions* missing = nullptr) const;
   // The highest notice id in the list, 0 if there is none.
   base::Result<uint64_t> NewestNoticeId() const;
   // Membership filter: false only if (post, user) was never added to a
   // table that is still live; true may be wrong at about the configured rate.
   base::Result<bool> MaybeViewed(uint64_t post_id, uint64_t user_id) const;
 
-  // Compacts every partition fully (runs the purge of inactive users).
+  // Compacts every partition held fully (runs the purge of inactive users).
   base::Status CompactAll();
 
-  // Progress of every partition, indexed by partition.
+  // Progress of every partition, indexed by partition; NotHeldError naming
+  // those not held unless every one is.
   base::Result<std::vector<Progress>> LoadAllProgress() const;
+  // Progress of the partitions held, by partition.
+  base::Result<std::map<uint32_t, Progress>> LoadHeldProgress() const;
 
   // Why the store does not write now, in one line: its disk below the
   // reserve (StoreOptions::min_free_bytes), or a partition whose commits
@@ -313,22 +425,39 @@ class StateStore {
   std::string WriteProblem() const;
 
   // read_only stores: catch up with the writer's latest commits, the notice
-  // ids included (read again when a commit added notices). No-op otherwise.
+  // ids included (read again when a commit added notices), and with the
+  // partitions it holds (HELD; among options.open_partitions): opens those
+  // it opened, closes those it closed or dropped (waiting for reads of
+  // them, as ClosePartition does). A partition that fails does not stop the
+  // others; the first failure is returned. No-op for writable stores.
   // The store's own thread calls it every catch_up_interval_ms; a caller
   // that must see the writer's latest (the watermarks) may call it too.
   // Safe for concurrent use: calls run one at a time.
   base::Status CatchUp();
 
-  // Resets every partition's progress (deltas offset 0, no marks) keeping
-  // the counts: used when the state is attached to a new log. Not for read_only.
+  // Resets the progress (deltas offset 0, no marks) of every partition of
+  // the state directory, keeping the counts: used when the state is
+  // attached to a new log. Partitions not held but on disk are opened for
+  // it briefly (not served meanwhile), so run it where OpenPartition would
+  // run. Not for read_only.
   base::Status ResetProgress();
 
  private:
   // Every counter record read goes through here: the read cache, then one
   // MultiGet per partition for what it lacks. fill(i, values) for each of
-  // `ids` (zeros for a record that does not exist).
+  // `ids` (zeros for a record that does not exist) of a partition held; the
+  // others NotHeldError, or, if `missing` is given, appended to it
+  // (unsorted: callers Normalize).
   base::Status MultiGetCounters(char kind, int nfields, std::span<const uint64_t> ids,
-                                const std::function<void(size_t, const int64_t*)>& fill) const;
+                                const std::function<void(size_t, const int64_t*)>& fill,
+                                MissingPartitions* missing = nullptr) const;
+  // (user, post count) of each of `users`, in their order, through
+  // MultiGetCounters (`missing` as there, cleared first and sorted).
+  base::Result<std::vector<std::pair<uint64_t, uint64_t>>> PostCountsOf(
+      std::vector<uint64_t> users, MissingPartitions* missing) const;
+  // CatchUp() of one partition held: its writer's commits, or a fresh
+  // secondary when the writer's manifest (`writer_current`) changed.
+  base::Status CatchUpPartition(uint32_t p, const std::string& writer_current);
   // The catch-up thread of a read_only store: CatchUp() every
   // catch_up_interval_ms until the destructor stops it; failures are logged
   // (at most one line per 10 s).
