@@ -120,10 +120,7 @@ class Client {
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-    testing::FillTestState(store_.get());
+    store_ = testing::OpenTestStore(dir_.path());
     QueryServiceOptions o;
     o.store = store_.get();
     service_ = std::make_unique<QueryService>(std::move(o));

@@ -42,10 +42,7 @@ std::string ErrorCode(const Response& r) {
 class QueryServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = store::StateStore::Open(testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-    FillTestState(store_.get());
+    store_ = testing::OpenTestStore(dir_.path());
     MakeService(nullptr);
   }
 

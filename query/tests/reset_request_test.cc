@@ -23,11 +23,7 @@ using schemas::UnreadKind;
 
 class ResetRequestTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto s = store::StateStore::Open(query::testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-  }
+  void SetUp() override { store_ = query::testing::OpenTestStore(dir_.path(), /*fill=*/false); }
 
   // The event a reset publishes, parsed back.
   schemas::Event Built(UnreadKind kind, std::string_view query = {}) {

@@ -160,9 +160,7 @@ TEST(HttpRoutesTest, MayBlockIsTrueForPublishesAndWatermarks) {
 class HttpRoutesServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = store::StateStore::Open(query::testing::TestStoreOptions(dir_.path()));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
+    store_ = query::testing::OpenTestStore(dir_.path(), /*fill=*/false);
     QueryServiceOptions o;
     o.store = store_.get();
     o.info =

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -24,6 +26,22 @@ inline store::StoreOptions TestStoreOptions(const std::string& dir) {
   o.partitions = kTestPartitions;
   o.block_cache_bytes = 8 << 20;
   return o;
+}
+
+// Opens the test store in `dir`, with the state of FillTestState() when
+// `fill`. A store that cannot be opened leaves no test to run: the binary
+// prints why and aborts.
+void FillTestState(store::StateStore* s);
+inline std::unique_ptr<store::StateStore> OpenTestStore(const std::string& dir, bool fill = true) {
+  auto s = store::StateStore::Open(TestStoreOptions(dir));
+  if (!s.ok()) {
+    std::fprintf(stderr, "opening the test store in %s: %s\n", dir.c_str(),
+                 s.status().ToString().c_str());
+    std::abort();
+  }
+  std::unique_ptr<store::StateStore> store = std::move(s).value();
+  if (fill) FillTestState(store.get());
+  return store;
 }
 
 // Commits one batch to the partition owning `entity`.
