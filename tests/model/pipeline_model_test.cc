@@ -27,6 +27,7 @@
 #include "aggregator/router.h"
 #include "base/kafka.h"
 #include "base/log.h"
+#include "model.h"
 #include "schemas/delta.h"
 #include "schemas/deltas_position.h"
 #include "schemas/event.h"
@@ -38,121 +39,12 @@ namespace tally {
 namespace {
 
 namespace fs = std::filesystem;
+using model::Model;
 using schemas::Event;
 using schemas::EventType;
 using schemas::UnreadKind;
 
 constexpr int kPartitions = 4;
-
-// The reference: SPEC sections 1-3 applied one event at a time.
-struct Model {
-  std::map<uint64_t, std::array<int64_t, 4>> posts;   // like, repost, comment, view
-  std::map<uint64_t, std::array<int64_t, 3>> users;   // posts, followers, following
-  std::map<uint64_t, std::array<int64_t, 6>> unread;  // mention..follower
-  std::set<std::pair<uint64_t, uint64_t>> likes, follows;
-  std::set<uint64_t> notices;                             // the list: a set of ids
-  std::map<uint64_t, uint64_t> notice_read;               // user -> last-read id
-  std::map<std::string, int64_t> dots;                    // channel -> global time
-  std::map<std::pair<uint64_t, std::string>, int64_t> clicks;
-  std::map<uint64_t, std::map<uint64_t, uint64_t>> snapshots;
-  std::set<std::pair<uint64_t, uint64_t>> viewed;
-
-  int64_t NoticeUnread(uint64_t u) const {
-    auto it = notice_read.find(u);
-    if (it == notice_read.end()) return 0;
-    return std::distance(notices.upper_bound(it->second), notices.end());
-  }
-  int64_t FeedUnread(uint64_t u) {
-    auto it = snapshots.find(u);
-    if (it == snapshots.end()) return 0;
-    int64_t sum = 0;
-    for (const auto& [f, then] : it->second) {
-      if (!follows.count({u, f})) continue;
-      int64_t now = users.count(f) ? users[f][0] : 0;
-      sum += std::max<int64_t>(0, now - static_cast<int64_t>(then));
-    }
-    return sum;
-  }
-  std::vector<std::pair<std::string, bool>> Dots(uint64_t u) const {
-    std::vector<std::pair<std::string, bool>> out;
-    for (const auto& [ch, ts] : dots) {
-      auto c = clicks.find({u, ch});
-      out.emplace_back(ch, c == clicks.end() || c->second < ts);
-    }
-    return out;
-  }
-  // What a feed reset would snapshot now.
-  std::vector<std::pair<uint64_t, uint64_t>> CurrentFolloweePosts(uint64_t u) {
-    std::vector<std::pair<uint64_t, uint64_t>> out;
-    for (const auto& [a, b] : follows) {
-      if (a == u) out.emplace_back(b, users.count(b) ? users[b][0] : 0);
-    }
-    return out;
-  }
-
-  void Apply(const Event& e) {
-    auto un = [&](uint64_t u, UnreadKind k) { unread[u][static_cast<int>(k)]++; };
-    switch (e.type) {
-      case EventType::kPost: users[e.author_id][0]++; break;
-      case EventType::kPostDelete: users[e.author_id][0] = std::max<int64_t>(0, users[e.author_id][0] - 1); break;
-      case EventType::kLike:
-        if (likes.insert({e.post_id, e.user_id}).second) posts[e.post_id][0]++;
-        if (e.author_id) un(e.author_id, UnreadKind::kLike);
-        break;
-      case EventType::kUnlike:
-        if (likes.erase({e.post_id, e.user_id})) posts[e.post_id][0]--;
-        break;
-      case EventType::kRepost:
-        posts[e.post_id][1]++;
-        if (e.author_id) un(e.author_id, UnreadKind::kRepost);
-        break;
-      case EventType::kComment:
-        posts[e.post_id][2]++;
-        if (e.author_id) un(e.author_id, UnreadKind::kComment);
-        break;
-      case EventType::kView:
-        posts[e.post_id][3]++;
-        if (e.user_id) viewed.insert({e.post_id, e.user_id});
-        break;
-      case EventType::kNotice:
-        notices.insert(e.notice_id);  // however late; a repeated id changes nothing
-        break;
-      case EventType::kRedDot: dots[e.channel] = std::max(dots[e.channel], e.ts); break;
-      case EventType::kMention: {
-        std::set<uint64_t> t(e.target_ids.begin(), e.target_ids.end());
-        for (uint64_t u : t) un(u, UnreadKind::kMention);
-        break;
-      }
-      case EventType::kDm: un(e.to_user_id, UnreadKind::kDm); break;
-      case EventType::kFollow:
-        if (follows.insert({e.user_id, e.target_id}).second) {
-          users[e.user_id][2]++;
-          users[e.target_id][1]++;
-          un(e.target_id, UnreadKind::kFollower);
-        }
-        break;
-      case EventType::kUnfollow:
-        if (follows.erase({e.user_id, e.target_id})) {
-          users[e.user_id][2]--;
-          users[e.target_id][1]--;
-        }
-        break;
-      case EventType::kRead:
-        if (static_cast<int>(e.read_kind) < schemas::kUnreadCounterKinds) {
-          unread[e.user_id][static_cast<int>(e.read_kind)] = 0;
-        } else if (e.read_kind == UnreadKind::kNotice) {
-          notice_read[e.user_id] = e.notice_id;
-        } else if (e.read_kind == UnreadKind::kRedDot) {
-          int64_t& t = clicks[{e.user_id, e.channel}];
-          t = std::max(t, e.ts);
-        } else {
-          snapshots[e.user_id] = std::map<uint64_t, uint64_t>(e.snapshot.begin(), e.snapshot.end());
-        }
-        break;
-      default: break;
-    }
-  }
-};
 
 class PipelineModelTest : public ::testing::Test {
  protected:
@@ -180,6 +72,7 @@ class PipelineModelTest : public ::testing::Test {
     auto p = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
     ASSERT_TRUE(p.ok());
     producer_ = std::move(p).value();
+    stream_.set_producer(producer_.get());
   }
 
   void TearDown() override {
@@ -278,133 +171,6 @@ class PipelineModelTest : public ::testing::Test {
       for (const auto& p : *wm) sum += p.high;
     }
     return sum;
-  }
-
-  uint64_t Id(uint64_t n) { return 1 + rng_() % n; }
-
-  Event RandomEvent() {
-    Event e;
-    e.ts = 1700000000000 + static_cast<int64_t>(counter_++);
-    int r = rng_() % 100;
-    if (r < 10) { e.type = EventType::kPost; e.author_id = Id(30); e.post_id = Id(1000); }
-    else if (r < 13) { e.type = EventType::kPostDelete; e.author_id = Id(30); e.post_id = Id(1000); }
-    else if (r < 35) { e.type = EventType::kLike; e.post_id = Id(40); e.user_id = Id(15); e.author_id = rng_() % 2 ? Id(30) : 0; }
-    else if (r < 42) { e.type = EventType::kUnlike; e.post_id = Id(40); e.user_id = Id(15); }
-    else if (r < 50) { e.type = EventType::kRepost; e.post_id = Id(40); e.user_id = Id(30); e.author_id = Id(30); }
-    else if (r < 58) { e.type = EventType::kComment; e.post_id = Id(40); e.user_id = Id(30); e.author_id = rng_() % 3 ? Id(30) : 0; }
-    else if (r < 68) { e.type = EventType::kView; e.post_id = Id(40); e.user_id = rng_() % 2 ? Id(30) : 0; }
-    else if (r < 74) {
-      e.type = EventType::kMention; e.user_id = Id(30);
-      int n = 1 + rng_() % 4;
-      for (int i = 0; i < n; i++) e.target_ids.push_back(Id(30));
-    }
-    else if (r < 79) { e.type = EventType::kDm; e.from_user_id = Id(30); e.to_user_id = Id(30); }
-    else if (r < 90) { e.type = EventType::kFollow; e.user_id = Id(12); e.target_id = Id(12); }
-    else if (r < 96) { e.type = EventType::kUnfollow; e.user_id = Id(12); e.target_id = Id(12); }
-    else if (r < 98) {
-      e.type = EventType::kNotice;
-      // Ids in no order, some repeated; ProduceEvent puts each on a random
-      // partition, so they also reach the global partition in no order.
-      e.notice_id = 1 + rng_() % kNoticeIds;
-    } else {
-      e.type = EventType::kRedDot;
-      e.channel = kChannels[rng_() % 3];
-    }
-    return e;
-  }
-
-  // The key SPEC section 2 recommends, so non-commuting effects keep their order.
-  static std::string KeyOf(const Event& e) {
-    switch (e.type) {
-      case EventType::kLike: case EventType::kUnlike: return "p" + std::to_string(e.post_id);
-      case EventType::kPost: case EventType::kPostDelete: return "u" + std::to_string(e.author_id);
-      default: return "u" + std::to_string(e.user_id);
-    }
-  }
-
-  // Publishes `value` with `key` (none when empty) to `partition` (the
-  // partitioner's choice by default).
-  void Produce(const std::string& key, const std::string& value,
-               int32_t partition = RD_KAFKA_PARTITION_UA) {
-    for (;;) {
-      auto err = rd_kafka_producev(producer_.get(), RD_KAFKA_V_TOPIC("tally.events"),
-                                   RD_KAFKA_V_PARTITION(partition),
-                                   RD_KAFKA_V_KEY(key.empty() ? nullptr : key.data(), key.size()),
-                                   RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        rd_kafka_poll(producer_.get(), 10);
-        continue;
-      }
-      ASSERT_EQ(err, RD_KAFKA_RESP_ERR_NO_ERROR);
-      return;
-    }
-  }
-
-  // Publishes `e` keyed as SPEC section 2 recommends, but a notice without
-  // a key on a random partition: the list must not depend on their order.
-  void ProduceEvent(const Event& e) {
-    if (e.type == EventType::kNotice) {
-      Produce("", schemas::EventToJson(e), static_cast<int32_t>(rng_() % kPartitions));
-    } else {
-      Produce(KeyOf(e), schemas::EventToJson(e));
-    }
-  }
-
-  void PublishEvents(int n, bool with_invalid) {
-    for (int i = 0; i < n; i++) {
-      if (with_invalid && rng_() % 50 == 0) {
-        static const char* kBad[] = {"not json", "{\"type\":\"poke\",\"ts\":1}", "{\"type\":\"like\",\"ts\":1}",
-                                     "{\"type\":\"view\",\"ts\":1,\"post_id\":0}", "[1,2]", ""};
-        Produce("x", kBad[rng_() % 6]);
-        invalid_++;
-        continue;
-      }
-      Event e = RandomEvent();
-      model_.Apply(e);
-      // Some events carry an id and are published again, as a producer
-      // retrying after an unclear answer would: on any partition, later.
-      // Only events whose effects commute with everything around them: a
-      // retried like landing after the unlike that followed it (or a post
-      // after a post_delete, which stops at 0) is a reorder, not a duplicate.
-      const bool commutes = e.type == EventType::kView || e.type == EventType::kRepost ||
-                            e.type == EventType::kComment || e.type == EventType::kMention ||
-                            e.type == EventType::kDm;
-      if (commutes && rng_() % 6 == 0) {
-        e.id = "retry-" + std::to_string(counter_);
-        ProduceEvent(e);
-        for (int copies = static_cast<int>(rng_() % 3); copies > 0; copies--) {
-          Produce("", schemas::EventToJson(e), static_cast<int32_t>(rng_() % kPartitions));
-          event_copies_++;
-        }
-      } else {
-        ProduceEvent(e);
-      }
-    }
-    ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
-  }
-
-  // Resets of every unread kind for random users, published alone so their
-  // order against increments is known.
-  void PublishResets(int n) {
-    for (int i = 0; i < n; i++) {
-      Event e;
-      e.type = EventType::kRead;
-      e.ts = 1700000000000 + static_cast<int64_t>(counter_++);
-      e.user_id = Id(30);
-      e.read_kind = static_cast<UnreadKind>(rng_() % schemas::kUnreadKindCount);
-      if (e.read_kind == UnreadKind::kNotice) {
-        e.notice_id = 1 + rng_() % (kNoticeIds + 2);
-      } else if (e.read_kind == UnreadKind::kRedDot) {
-        e.channel = kChannels[rng_() % 3];
-      } else if (e.read_kind == UnreadKind::kFeed) {
-        e.user_id = Id(12);  // the users with follows
-        e.snapshot = model_.CurrentFolloweePosts(e.user_id);
-      }
-      model_.Apply(e);
-      Produce(KeyOf(e), schemas::EventToJson(e));
-    }
-    ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
   }
 
   // Differences between `s` and the model; empty when equal.
@@ -586,7 +352,7 @@ class PipelineModelTest : public ::testing::Test {
       if (!seen.insert(e.ts).second) ++*twice;
     });
     EXPECT_TRUE(whole) << "tally.events could not be read to its end";
-    EXPECT_EQ(seen.size(), counter_) << "events published that tally.events does not hold";
+    EXPECT_EQ(seen.size(), stream_.events()) << "events published that tally.events does not hold";
     return m;
   }
 
@@ -607,8 +373,8 @@ class PipelineModelTest : public ::testing::Test {
                                                            std::to_string(m.offset));
     });
     out += "  tally.events holds " + std::to_string(records) + " records; " +
-           std::to_string(counter_) + " valid events were published, and " +
-           std::to_string(invalid_) + " invalid records\n";
+           std::to_string(stream_.events()) + " valid events were published, and " +
+           std::to_string(stream_.invalid()) + " invalid records\n";
     int dups = 0;
     for (const auto& [ts, where] : by_ts) {
       if (where.size() < 2) continue;
@@ -638,15 +404,9 @@ class PipelineModelTest : public ::testing::Test {
   }
 
   std::string router_group_ = "tally";
-  static constexpr const char* kChannels[] = {"discover", "games", "live.now"};
-  // Notice ids are drawn from 1..kNoticeIds.
-  static constexpr uint64_t kNoticeIds = 300;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   uint64_t rng_seeded_flush_ = 0;
-  uint64_t event_copies_ = 0;  // records that repeat an event with an id
-  uint64_t counter_ = 0;
-  int invalid_ = 0;
   int triages_ = 0;
   std::unique_ptr<testing::EmbeddedCluster> cluster_;
   rd_kafka_mock_cluster_t* mock_ = nullptr;  // cluster_'s, for fault injection
@@ -657,26 +417,27 @@ class PipelineModelTest : public ::testing::Test {
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
   Model model_;
+  model::EventStream stream_{&rng_, &model_, kPartitions};
 };
 
 TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   rng_seeded_flush_ = rng_();
   StartPipeline();
-  PublishEvents(3000, /*with_invalid=*/true);
+  stream_.PublishEvents(3000, /*with_invalid=*/true);
   ExpectConverges(store_.get());
-  PublishResets(40);
+  stream_.PublishResets(40);
   ExpectConverges(store_.get());
 
   // A clean restart in the middle of a stream, the store reopened (the
   // notice list is read back from RocksDB).
-  PublishEvents(1500, true);
+  stream_.PublishEvents(1500, true);
   StopPipeline();
   store_.reset();
   store_ = OpenStore(dir_.path() / "live");
   ASSERT_NE(store_, nullptr);
   rng_seeded_flush_ = rng_();
   StartPipeline();
-  PublishEvents(1500, true);
+  stream_.PublishEvents(1500, true);
   ExpectConverges(store_.get());
   // Positions vouch for an earlier router's deltas too.
   EXPECT_GT(ExpectCommittedPositionsHold(), 1000);
@@ -686,9 +447,9 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   StopPipeline();
   router_group_ = "tally-rewound";
   StartPipeline();
-  PublishResets(30);
+  stream_.PublishResets(30);
   ExpectConverges(store_.get());
-  PublishEvents(1000, true);
+  stream_.PublishEvents(1000, true);
   ExpectConverges(store_.get());
   // The rewound router's positions cover the first routers' copies.
   EXPECT_GT(ExpectCommittedPositionsHold(), 1000);
@@ -697,7 +458,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
   // The stream did exercise every shape (notices: ~100 of 300 ids, some
   // of them published more than once).
   EXPECT_GT(model_.notices.size(), 50u);
-  EXPECT_GT(event_copies_, 100u);  // retried events with ids were in the stream
+  EXPECT_GT(stream_.event_copies(), 100u);  // retried events with ids were in the stream
   EXPECT_EQ(model_.dots.size(), 3u);
   EXPECT_FALSE(model_.snapshots.empty());
   EXPECT_GT(model_.viewed.size(), 100u);
@@ -720,7 +481,7 @@ TEST_F(PipelineModelTest, RandomStreamsMatchTheModelThroughRestartsAndReplay) {
         },
         20));
     // The rewind re-routed everything, so each invalid record may be there twice (at least once).
-    EXPECT_GE(dlq, invalid_);
+    EXPECT_GE(dlq, stream_.invalid());
     EXPECT_EQ(with_reason, dlq);
   }
 
@@ -763,7 +524,7 @@ TEST_F(PipelineModelTest, AWindowIsNotWrittenBeforeItsDerivedDeltasAreAcknowledg
   e.ts = 1700000000000;
   e.user_id = 1;
   e.target_id = 2;
-  Produce(KeyOf(e), schemas::EventToJson(e));
+  stream_.Produce(model::EventStream::KeyOf(e), schemas::EventToJson(e));
   ASSERT_EQ(rd_kafka_flush(producer_.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
 
   // Route it into tally.deltas, then stop the router.
@@ -841,9 +602,9 @@ TEST_F(PipelineModelTest, AStopDuringABrokerOutageEndsInSecondsAndLosesNothing) 
   std::thread publisher([&] {
     while (publishing.load()) {
       for (int i = 0; i < 10; i++) {
-        Event e = RandomEvent();
+        Event e = stream_.RandomEvent();
         model_.Apply(e);
-        ProduceEvent(e);
+        stream_.ProduceEvent(e);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -894,7 +655,7 @@ TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLos
     std::atomic<int> running{0};
     std::vector<base::Status> statuses(2);
     StartStages(whole_topics, &running, &statuses);
-    PublishEvents(300, /*with_invalid=*/false);
+    stream_.PublishEvents(300, /*with_invalid=*/false);
     ExpectConverges(store_.get());
 
     // The next OffsetCommit is answered after 40 s, and with it every later
@@ -902,7 +663,7 @@ TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLos
     ASSERT_EQ(rd_kafka_mock_broker_push_request_error_rtts(mock_, 1, /*OffsetCommit*/ 8, 1,
                                                            RD_KAFKA_RESP_ERR_NO_ERROR, 40000),
               RD_KAFKA_RESP_ERR_NO_ERROR);
-    PublishEvents(300, /*with_invalid=*/false);
+    stream_.PublishEvents(300, /*with_invalid=*/false);
     ExpectConverges(store_.get());
 
     const double stop_s = StopAndTime(running, 60);
@@ -917,7 +678,7 @@ TEST_F(PipelineModelTest, AStopWhileOffsetCommitsGoUnansweredEndsInSecondsAndLos
 
     // A new pipeline routes the uncommitted records again; the counts stay exact.
     StartPipeline();
-    PublishEvents(100, /*with_invalid=*/false);
+    stream_.PublishEvents(100, /*with_invalid=*/false);
     ExpectConverges(store_.get());
     StopPipeline();
   }
