@@ -1,0 +1,750 @@
+// Model-based randomized test of a tally cluster (SPEC section 6): 3 to 5
+// `tally up --brokers` members, real child processes on one `tally broker`,
+// go through random membership changes (joins, clean leaves, SIGKILLs,
+// restarts of a killed member with its state directory and with an emptied
+// one) while random events of every type (model.h) are published to
+// tally.events. After each change, once the applier group has settled (the
+// members directory on tally.members shows exactly the live members, every
+// tally.deltas partition owned by one of them, balanced, nothing
+// restoring), every member's answer for every entity of the model must
+// equal the model.
+//
+// Before the query tier forwards requests (no GET /v1/cluster yet) a member
+// answers 503 for what it does not hold: then every answer given must equal
+// the model, and every read of one partition must be answered by some
+// member. Once it forwards, every member must answer everything, with
+// X-Tally-Member naming a live member, and GET /v1/cluster must list
+// exactly the live members.
+//
+// The seed is printed; rerun with TALLY_MODEL_SEED=<seed>. The members log
+// at info into the test's temp dir; after a failure it is kept and the
+// logs' tails are printed.
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/kafka.h"
+#include "base/log.h"
+#include "cluster/members_directory.h"
+#include "model.h"
+#include "query/peer_client.h"
+#include "testing/child_process.h"
+#include "testing/free_port.h"
+#include "testing/temp_dir.h"
+
+#ifndef TALLY_BINARY
+#define TALLY_BINARY ""
+#endif
+
+namespace tally {
+namespace {
+
+namespace fs = std::filesystem;
+using model::EventStream;
+using model::Model;
+using nlohmann::json;
+using schemas::UnreadKind;
+
+constexpr int kPartitions = 4;
+constexpr const char* kGroup = "g";
+// The entities the event streams touch (model.h): posts 1..40 (liked by
+// users 1..15), users 1..30.
+constexpr uint64_t kPosts = 40, kUsers = 30, kLikers = 15;
+
+enum class Change { kJoin, kLeave, kKill, kRestartKept, kRestartEmptied };
+
+const char* ChangeName(Change c) {
+  switch (c) {
+    case Change::kJoin:
+      return "join";
+    case Change::kLeave:
+      return "clean leave";
+    case Change::kKill:
+      return "SIGKILL";
+    case Change::kRestartKept:
+      return "restart with its state";
+    case Change::kRestartEmptied:
+      return "restart with an emptied state dir";
+  }
+  return "?";
+}
+
+// One `tally up` member: its port (and so its member id), state dir and log
+// stay across restarts.
+struct Member {
+  std::string name;  // m1, m2, ... in the order they first joined
+  int port = 0;
+  int standbys = 0;
+  fs::path state_dir, log;
+  std::unique_ptr<testing::ChildProcess> proc;  // null while not running
+  bool killed = false;                          // SIGKILLed and not restarted since
+  std::string id() const { return "127.0.0.1:" + std::to_string(port); }
+  std::string url() const { return "http://" + id(); }
+};
+
+// One read of SPEC section 4 and the model's answer to it.
+struct Query {
+  std::string target;
+  json want;
+  // Reads several partitions (a user's unread: the user's, the global one,
+  // the followees' for the feed): before the query tier forwards, maybe
+  // no single member can answer it.
+  bool several_partitions = false;
+};
+
+class ClusterModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base::SetLogLevel(base::LogLevel::kWarn);
+    t0_ = std::chrono::steady_clock::now();
+    const char* env = std::getenv("TALLY_MODEL_SEED");
+    seed_ = env ? std::strtoull(env, nullptr, 10) : std::random_device()();
+    std::printf("TALLY_MODEL_SEED=%llu\n", static_cast<unsigned long long>(seed_));
+    plan_rng_.seed(seed_);
+    events_rng_.seed(seed_ + 1);
+
+    const char* bin = std::getenv("TALLY_BINARY");
+    binary_ = bin != nullptr && *bin ? bin : TALLY_BINARY;
+    ASSERT_TRUE(!binary_.empty() && fs::exists(binary_))
+        << "the tally binary (TALLY_BINARY) is not at '" << binary_ << "'";
+    StartBroker();
+    ASSERT_FALSE(bootstrap_.empty());
+    kafka_.brokers = bootstrap_;
+    kafka_.embedded = true;
+    kafka_.overrides.push_back({"log_level", "3"});
+
+    auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka_,
+                                     {{"linger.ms", "2"}, {"enable.idempotence", "true"}});
+    ASSERT_TRUE(pconf.ok()) << pconf.status().ToString();
+    auto p = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    producer_ = std::move(p).value();
+    stream_.set_producer(producer_.get());
+
+    // An observer of the members directory: reads tally.members, never
+    // publishes, so it is no member.
+    cluster::MembersDirectoryOptions d;
+    d.kafka = kafka_;
+    d.member = "model-observer";
+    d.group = kGroup;
+    auto dir = cluster::MembersDirectory::Start(d);
+    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    directory_ = std::move(dir).value();
+
+    query::PeerClientOptions po;
+    po.max_connections_per_peer = 8;
+    auto client = query::PeerClient::Start(po);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::move(client).value();
+  }
+
+  void TearDown() override {
+    if (publisher_.joinable()) publisher_.join();
+    if (HasFailure()) {
+      PrintLogTails();
+      dir_.Keep();
+      std::printf("the members' state and logs are kept in %s\n", dir_.path().c_str());
+    }
+    for (auto& m : members_) {
+      if (m.proc) m.proc->Kill();
+    }
+    client_.reset();
+    directory_.reset();
+    producer_.reset();
+    if (broker_) broker_->Terminate(10000);
+    EXPECT_EQ(base::AwaitBackgroundDestroys(30000), 0);
+    if (HasFailure()) {
+      std::printf("reproduce with TALLY_MODEL_SEED=%llu\n", static_cast<unsigned long long>(seed_));
+    }
+  }
+
+  // A line of progress, with the wall clock and the seconds since the start.
+  void Progress(const std::string& text) {
+    const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char clock[32];
+    std::strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
+    std::printf("[%s +%.1fs] %s\n", clock, Seconds(t0_), text.c_str());
+    std::fflush(stdout);
+  }
+
+  static double Seconds(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  }
+
+  // `tally broker` on a free port with kPartitions partitions per topic
+  // (tally.members and tally.meta: 1); retried on another port if the one
+  // picked was taken meanwhile.
+  void StartBroker() {
+    for (int attempt = 0; attempt < 3 && bootstrap_.empty(); attempt++) {
+      const int port = testing::FreePort();
+      ASSERT_GT(port, 0);
+      testing::ChildOptions o;
+      o.argv = {binary_,        "broker",
+                "--port",       std::to_string(port),
+                "--partitions", std::to_string(kPartitions),
+                "--log-level",  "info"};
+      o.log_path = (dir_.path() / "broker.log").string();
+      o.stdout_pipe = true;
+      broker_ = std::make_unique<testing::ChildProcess>();
+      ASSERT_TRUE(broker_->Start(o).ok());
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (std::chrono::steady_clock::now() < deadline) {
+        std::string line = broker_->ReadLine(1000);
+        if (line.rfind("bootstrap: ", 0) == 0) {
+          bootstrap_ = line.substr(11);
+          break;
+        }
+        if (!broker_->Running()) break;
+      }
+      if (bootstrap_.empty()) broker_->Terminate(5000);
+    }
+    Progress(fmt::format("tally broker up at {} ({} partitions)", bootstrap_, kPartitions));
+  }
+
+  Member& AddMember(int standbys) {
+    Member m;
+    m.name = "m" + std::to_string(members_.size() + 1);
+    m.port = testing::FreePort();
+    m.standbys = standbys;
+    m.state_dir = dir_.path() / (m.name + "-state");
+    m.log = dir_.path() / (m.name + ".log");
+    members_.push_back(std::move(m));
+    return members_.back();
+  }
+
+  void StartMember(Member& m, bool empty_state) {
+    if (empty_state) fs::remove_all(m.state_dir);
+    fs::create_directories(m.state_dir);
+    {
+      std::ofstream log(m.log, std::ios::app);
+      log << "==== test: starting " << m.name << " (" << m.id() << ")"
+          << (empty_state ? " with an empty state dir" : " with its state dir") << " at +"
+          << Seconds(t0_) << " s ====\n";
+    }
+    testing::ChildOptions o;
+    o.argv = {binary_,      "up",          "--brokers",          bootstrap_, "--group",
+              kGroup,       "--state-dir", m.state_dir.string(), "--http",   m.id(),
+              "--flush-ms", "20",          "--log-level",        "info"};
+    if (m.standbys > 0) {
+      o.argv.push_back("--standbys");
+      o.argv.push_back(std::to_string(m.standbys));
+    }
+    o.log_path = m.log.string();
+    m.proc = std::make_unique<testing::ChildProcess>();
+    auto st = m.proc->Start(o);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    m.killed = false;
+  }
+
+  std::vector<Member*> Live() {
+    std::vector<Member*> out;
+    for (auto& m : members_) {
+      if (m.proc) out.push_back(&m);
+    }
+    return out;
+  }
+
+  std::vector<Member*> Killed() {
+    std::vector<Member*> out;
+    for (auto& m : members_) {
+      if (!m.proc && m.killed) out.push_back(&m);
+    }
+    return out;
+  }
+
+  // 5 to 7 changes with every kind at least once, the live members staying
+  // within 2..5 from the 3 at the start.
+  std::vector<Change> MakePlan() {
+    std::vector<Change> plan = {Change::kJoin, Change::kLeave,       Change::kKill,
+                                Change::kKill, Change::kRestartKept, Change::kRestartEmptied};
+    static constexpr Change kExtra[] = {Change::kJoin, Change::kLeave, Change::kKill};
+    if (plan_rng_() % 2) plan.push_back(kExtra[plan_rng_() % 3]);
+    for (;;) {
+      std::shuffle(plan.begin(), plan.end(), plan_rng_);
+      int live = 3, killed = 0;
+      bool ok = true;
+      for (Change c : plan) {
+        switch (c) {
+          case Change::kJoin:
+            ok = ok && live < 5;
+            live++;
+            break;
+          case Change::kLeave:
+            ok = ok && live > 2;
+            live--;
+            break;
+          case Change::kKill:
+            ok = ok && live > 2;
+            live--;
+            killed++;
+            break;
+          default:
+            ok = ok && killed > 0 && live < 5;
+            live++;
+            killed--;
+            break;
+        }
+      }
+      if (ok) return plan;
+    }
+  }
+
+  // Publishes `batches` batches of events (every type, some invalid, some
+  // retried with ids) on a thread of its own, paced so that they are still
+  // arriving while the membership changes. Only that thread touches the
+  // stream and the model until StopPublishing(). Resets are published
+  // apart (PublishResetsAndConverge): a reset and the increments published
+  // before it under other keys (a like's author unread, keyed by the post)
+  // come from different input partitions, which SPEC section 2 leaves
+  // unordered, and a member that dies holds its input partitions back for
+  // a session timeout.
+  void StartPublishing(int batches) {
+    publisher_ = std::thread([this, batches] {
+      for (int i = 0; i < batches; i++) {
+        stream_.PublishEvents(kBatchEvents, /*with_invalid=*/true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      }
+    });
+  }
+
+  void StopPublishing() {
+    if (publisher_.joinable()) publisher_.join();
+  }
+
+  // What the directory shows, one member a line.
+  std::string DescribeDirectory() {
+    std::string out;
+    for (const auto& m : directory_->Snapshot()) {
+      out += "  " + m.member + " gen " + std::to_string(m.generation) + " owns [";
+      for (size_t i = 0; i < m.owns.size(); i++) out += (i ? "," : "") + std::to_string(m.owns[i]);
+      out += "] standby [";
+      for (size_t i = 0; i < m.standby.size(); i++)
+        out += (i ? "," : "") + std::to_string(m.standby[i]);
+      out += "] restoring [";
+      for (size_t i = 0; i < m.restoring.size(); i++) {
+        const auto& r = m.restoring[i];
+        out += (i ? "," : "") + std::to_string(r.partition) + "@" + std::to_string(r.offset) + "/" +
+               std::to_string(r.end_offset);
+      }
+      out += "]\n";
+    }
+    return out.empty() ? "  (no live member)\n" : out;
+  }
+
+  // The applier group has settled when the directory shows exactly the
+  // live members, each partition owned by exactly one of them, the counts
+  // owned differing by at most one (cooperative-sticky balances them),
+  // and nothing restoring.
+  bool SettledNow() {
+    if (!directory_->CaughtUp()) return false;
+    std::set<std::string> want, got;
+    for (Member* m : Live()) want.insert(m->id());
+    std::vector<int> owners(kPartitions, 0);
+    size_t fewest = SIZE_MAX, most = 0;
+    for (const auto& m : directory_->Snapshot()) {
+      got.insert(m.member);
+      if (!m.restoring.empty()) return false;
+      for (int32_t p : m.owns) {
+        if (p < 0 || p >= kPartitions) return false;
+        owners[p]++;
+      }
+      fewest = std::min(fewest, m.owns.size());
+      most = std::max(most, m.owns.size());
+    }
+    if (got != want || most > fewest + 1) return false;
+    return std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; });
+  }
+
+  // Fails (naming the member) if a live member's process has exited.
+  bool AllAlive() {
+    for (Member* m : Live()) {
+      if (!m->proc->Running()) {
+        auto st = m->proc->Wait(0);
+        ADD_FAILURE() << m->name << " (" << m->id() << ") exited by itself, wait status "
+                      << (st ? *st : -1);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Waits until SettledNow() has held for three polls in a row (~0.5 s).
+  bool WaitSettled(const std::string& after, int timeout_s = 90) {
+    const auto start = std::chrono::steady_clock::now();
+    int in_a_row = 0;
+    while (Seconds(start) < timeout_s) {
+      if (!AllAlive()) return false;
+      in_a_row = SettledNow() ? in_a_row + 1 : 0;
+      if (in_a_row >= 3) {
+        Progress(fmt::format("settled {:.1f} s after {}:\n{}", Seconds(start), after,
+                             DescribeDirectory()));
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    ADD_FAILURE() << "the cluster did not settle within " << timeout_s << " s after " << after
+                  << "; live: " << LiveNames() << "; the directory shows:\n"
+                  << DescribeDirectory();
+    return false;
+  }
+
+  std::string LiveNames() {
+    std::string out;
+    for (Member* m : Live()) out += (out.empty() ? "" : ", ") + m->name + "=" + m->id();
+    return out;
+  }
+
+  // Every read of the model's entities and what the model answers.
+  std::vector<Query> Queries(bool forwarding) {
+    std::vector<Query> out;
+    auto post_json = [&](uint64_t p) {
+      auto it = model_.posts.find(p);
+      std::array<int64_t, 4> c = it == model_.posts.end() ? std::array<int64_t, 4>{} : it->second;
+      return json{
+          {"post_id", p}, {"like", c[0]}, {"repost", c[1]}, {"comment", c[2]}, {"view", c[3]}};
+    };
+    for (uint64_t p = 1; p <= kPosts; p++) {
+      out.push_back({"/v1/posts/" + std::to_string(p) + "/counts", post_json(p)});
+    }
+    if (forwarding) {
+      // A batch spans every partition: split by owner and asked in parallel.
+      std::string ids;
+      json posts = json::array();
+      for (uint64_t p = 1; p <= kPosts; p++) {
+        ids += (p > 1 ? "," : "") + std::to_string(p);
+        posts.push_back(post_json(p));
+      }
+      out.push_back({"/v1/posts/counts?ids=" + ids, json{{"posts", posts}}, true});
+    }
+    for (uint64_t u = 1; u <= kUsers; u++) {
+      const std::string base = "/v1/users/" + std::to_string(u);
+      auto uc = model_.users.find(u);
+      std::array<int64_t, 3> c = uc == model_.users.end() ? std::array<int64_t, 3>{} : uc->second;
+      out.push_back(
+          {base + "/counts",
+           json{{"user_id", u}, {"posts", c[0]}, {"followers", c[1]}, {"following", c[2]}}});
+
+      json unread{{"user_id", u}};
+      auto un = model_.unread.find(u);
+      for (int k = 0; k < schemas::kUnreadCounterKinds; k++) {
+        unread[schemas::UnreadKindName(static_cast<UnreadKind>(k))] =
+            un == model_.unread.end() ? 0 : un->second[k];
+      }
+      unread["notice"] = model_.NoticeUnread(u);
+      unread["feed"] = model_.FeedUnread(u);
+      json dots = json::object();
+      for (const auto& [channel, shows] : model_.Dots(u)) dots[channel] = shows;
+      unread["red_dots"] = dots;
+      out.push_back({base + "/unread", unread, true});
+
+      json followees = json::object();
+      int64_t taken = 0;
+      if (auto s = model_.snapshots.find(u); s != model_.snapshots.end()) {
+        for (const auto& [f, n] : s->second) followees[std::to_string(f)] = n;
+        taken = model_.snapshot_ts[u];
+      }
+      out.push_back({base + "/feed/snapshot",
+                     json{{"user_id", u}, {"taken_ts", taken}, {"followees", followees}}});
+    }
+    for (uint64_t p = 1; p <= kPosts; p++) {
+      for (uint64_t u = 1; u <= kLikers; u++) {
+        out.push_back({"/v1/posts/" + std::to_string(p) + "/likes/" + std::to_string(u),
+                       json{{"liked", model_.likes.count({p, u}) > 0}}});
+      }
+    }
+    // The filter may say true wrongly, never false wrongly: only the views
+    // that happened are asked.
+    for (const auto& [p, u] : model_.viewed) {
+      out.push_back({"/v1/posts/" + std::to_string(p) + "/views/" + std::to_string(u),
+                     json{{"viewed", true}}});
+    }
+    return out;
+  }
+
+  // Asks every live member every query; what differs from the model, one
+  // line each (empty when everything agrees). `*unanswered`: reads that no
+  // member could answer alone (only before forwarding, several partitions).
+  std::vector<std::string> Differences(bool forwarding, const std::vector<Query>& queries,
+                                       int* unanswered) {
+    std::vector<std::string> out;
+    *unanswered = 0;
+    const std::vector<Member*> live = Live();
+    std::set<std::string> live_ids;
+    for (Member* m : live) live_ids.insert(m->id());
+    std::vector<query::PeerRequest> requests;
+    requests.reserve(live.size() * queries.size());
+    for (Member* m : live) {
+      for (const Query& q : queries) requests.push_back({m->url(), q.target, {}});
+    }
+    std::vector<query::PeerResponse> answers =
+        client_->GetAll(std::move(requests), query::PeerClient::In(30000));
+    for (size_t qi = 0; qi < queries.size(); qi++) {
+      const Query& q = queries[qi];
+      bool answered = false;
+      for (size_t mi = 0; mi < live.size(); mi++) {
+        const query::PeerResponse& r = answers[mi * queries.size() + qi];
+        const std::string who = live[mi]->name + " " + q.target;
+        if (!r.ok()) {
+          out.push_back(who + ": " + r.error);
+          continue;
+        }
+        if (r.status == 200) {
+          answered = true;
+          json got = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+          if (got != q.want) {
+            out.push_back(who + ": got " + r.body + ", the model says " + q.want.dump());
+          }
+          if (forwarding) {
+            const std::string by(r.Header("X-Tally-Member"));
+            if (live_ids.count(by) == 0) {
+              out.push_back(who + ": X-Tally-Member '" + by + "' is no live member");
+            }
+          }
+          continue;
+        }
+        // Before forwarding, a member answers only what it holds.
+        if (!forwarding && r.status == 503 &&
+            r.body.find("\"code\":\"unavailable\"") != std::string::npos) {
+          continue;
+        }
+        out.push_back(who + ": HTTP " + std::to_string(r.status) + " " + r.body);
+      }
+      if (!answered && !forwarding) {
+        if (q.several_partitions) {
+          ++*unanswered;
+        } else {
+          out.push_back(q.target + ": no member answered it");
+        }
+      }
+    }
+    if (forwarding) {
+      for (Member* m : live) {
+        auto r = client_->Get(m->url(), "/v1/cluster", {}, query::PeerClient::In(10000));
+        std::set<std::string> listed;
+        json c = json::parse(r.body, nullptr, false);
+        if (r.ok() && r.status == 200 && c.contains("members") && c["members"].is_array()) {
+          for (const auto& e : c["members"]) listed.insert(e.value("member", ""));
+        }
+        if (listed != live_ids) {
+          out.push_back(m->name + " /v1/cluster: " + (r.ok() ? r.body : r.error) +
+                        " does not list exactly the live members " + LiveNames());
+        }
+      }
+    }
+    return out;
+  }
+
+  // True once the query tier forwards requests: GET /v1/cluster exists.
+  bool Forwarding() {
+    for (Member* m : Live()) {
+      auto r = client_->Get(m->url(), "/v1/cluster", {}, query::PeerClient::In(10000));
+      if (r.ok()) return r.status != 404;
+    }
+    return false;
+  }
+
+  // Polls until every member answers as the model (the events published
+  // last may still be on their way), failing with the differences after
+  // `timeout_s`.
+  void ExpectConverges(const std::string& after, int timeout_s = 60) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool forwarding = Forwarding();
+    const std::vector<Query> queries = Queries(forwarding);
+    std::vector<std::string> diff;
+    int unanswered = 0, polls = 0;
+    while (Seconds(start) < timeout_s) {
+      if (!AllAlive()) return;
+      polls++;
+      diff = Differences(forwarding, queries, &unanswered);
+      if (diff.empty()) {
+        Progress(fmt::format(
+            "after {}: all {} members agree with the model on {} reads ({}){}; {:.1f} s, {} "
+            "polls, {} events so far",
+            after, Live().size(), queries.size(),
+            forwarding ? "forwarding: every member answers every read"
+                       : "before forwarding: the members holding each partition answer",
+            unanswered
+                ? fmt::format(", {} unread reads spanning partitions no member held together",
+                              unanswered)
+                : "",
+            Seconds(start), polls, stream_.events()));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    std::string lines;
+    for (size_t i = 0; i < diff.size() && i < 40; i++) lines += "  " + diff[i] + "\n";
+    ADD_FAILURE() << "after " << after << ", " << diff.size()
+                  << " answers still differ from the model after " << timeout_s << " s (seed "
+                  << seed_ << "; live: " << LiveNames() << "):\n"
+                  << lines << "the directory shows:\n"
+                  << DescribeDirectory();
+  }
+
+  // Resets of every unread kind, published once everything before them is
+  // visible, and checked once they are.
+  void PublishResetsAndConverge(const std::string& after) {
+    stream_.PublishResets(kResets);
+    ExpectConverges(std::to_string(kResets) + " resets after " + after);
+  }
+
+  // The last lines of every log, and its warnings and errors.
+  void PrintLogTails() {
+    auto print = [](const std::string& title, const fs::path& path) {
+      std::ifstream in(path);
+      std::deque<std::string> tail, bad;
+      std::string line;
+      while (std::getline(in, line)) {
+        tail.push_back(line);
+        if (tail.size() > 30) tail.pop_front();
+        if (line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos ||
+            line.rfind("==== test", 0) == 0) {
+          bad.push_back(line);
+          if (bad.size() > 30) bad.pop_front();
+        }
+      }
+      std::printf("---- %s (%s): warnings, errors and starts ----\n", title.c_str(), path.c_str());
+      for (const auto& l : bad) std::printf("%s\n", l.c_str());
+      std::printf("---- %s: last lines ----\n", title.c_str());
+      for (const auto& l : tail) std::printf("%s\n", l.c_str());
+    };
+    print("broker", dir_.path() / "broker.log");
+    for (const auto& m : members_) {
+      print(m.name + " " + m.id() +
+                (m.proc     ? " (live)"
+                 : m.killed ? " (killed)"
+                            : " (left)"),
+            m.log);
+    }
+    std::fflush(stdout);
+  }
+
+  static constexpr int kBatchEvents = 60;
+  static constexpr int kResets = 12;
+  testing::TempDir dir_{"cluster-model"};
+  std::chrono::steady_clock::time_point t0_;
+  uint64_t seed_ = 0;
+  std::mt19937_64 plan_rng_;    // membership: the plan, who leaves, standbys
+  std::mt19937_64 events_rng_;  // the event stream alone, so a seed replays both
+  std::string binary_;
+  std::unique_ptr<testing::ChildProcess> broker_;
+  std::string bootstrap_;
+  base::KafkaOptions kafka_;
+  base::KafkaHandle producer_;
+  std::unique_ptr<cluster::MembersDirectory> directory_;
+  std::unique_ptr<query::PeerClient> client_;
+  std::deque<Member> members_;  // stable addresses
+  Model model_;
+  EventStream stream_{&events_rng_, &model_, kPartitions};
+  std::thread publisher_;
+};
+
+TEST_F(ClusterModelTest, EveryMemberAnswersAsTheModelThroughJoinsLeavesKillsAndRestarts) {
+  const std::vector<Change> plan = MakePlan();
+  std::string names;
+  for (Change c : plan) names += std::string(names.empty() ? "" : ", ") + ChangeName(c);
+  Progress("plan: 3 members, then " + names);
+
+  // Three members, one at least keeping a standby of each partition.
+  StartPublishing(4);
+  for (int i = 0; i < 3; i++) {
+    Member& m = AddMember(i == 1 ? 1 : static_cast<int>(plan_rng_() % 2));
+    StartMember(m, /*empty_state=*/true);
+    ASSERT_FALSE(HasFatalFailure());
+    Progress(fmt::format("started {} ({}{})", m.name, m.id(), m.standbys ? ", --standbys 1" : ""));
+  }
+  const bool settled = WaitSettled("the first 3 members started");
+  StopPublishing();
+  ASSERT_TRUE(settled);
+  ExpectConverges("the start");
+  ASSERT_FALSE(HasFailure());
+  PublishResetsAndConverge("the start");
+  ASSERT_FALSE(HasFailure());
+
+  for (size_t step = 0; step < plan.size(); step++) {
+    const Change c = plan[step];
+    StartPublishing(8);
+    std::vector<Member*> live = Live();
+    std::string what;
+    switch (c) {
+      case Change::kJoin: {
+        Member& m = AddMember(static_cast<int>(plan_rng_() % 2));
+        StartMember(m, /*empty_state=*/true);
+        what = "join of " + m.name + " (" + m.id() + (m.standbys ? ", --standbys 1" : "") + ")";
+        break;
+      }
+      case Change::kLeave: {
+        Member* m = live[plan_rng_() % live.size()];
+        const auto start = std::chrono::steady_clock::now();
+        const int code = m->proc->StopWith(SIGTERM, 60000);
+        EXPECT_EQ(code, 0) << m->name << " did not exit 0 within 60 s of SIGTERM";
+        m->proc->Kill();
+        m->proc.reset();
+        what = fmt::format("clean leave of {} (exit {} after {:.1f} s)", m->name, code,
+                           Seconds(start));
+        break;
+      }
+      case Change::kKill: {
+        Member* m = live[plan_rng_() % live.size()];
+        m->proc->Kill();
+        m->proc.reset();
+        m->killed = true;
+        what = "SIGKILL of " + m->name;
+        break;
+      }
+      case Change::kRestartKept:
+      case Change::kRestartEmptied: {
+        std::vector<Member*> killed = Killed();
+        Member* m = killed[plan_rng_() % killed.size()];
+        StartMember(*m, /*empty_state=*/c == Change::kRestartEmptied);
+        what =
+            std::string(c == Change::kRestartKept ? "restart of " : "restart (state emptied) of ") +
+            m->name;
+        break;
+      }
+    }
+    const std::string label =
+        "step " + std::to_string(step + 1) + "/" + std::to_string(plan.size()) + ", " + what;
+    Progress(label + "; live: " + LiveNames());
+    const bool ok = WaitSettled(label);
+    StopPublishing();
+    ASSERT_TRUE(ok);
+    ExpectConverges(label);
+    ASSERT_FALSE(HasFailure());
+    PublishResetsAndConverge(label);
+    ASSERT_FALSE(HasFailure());
+  }
+
+  // The streams did exercise every shape.
+  EXPECT_FALSE(model_.notices.empty());
+  EXPECT_EQ(model_.dots.size(), 3u);
+  EXPECT_FALSE(model_.snapshots.empty());
+  EXPECT_FALSE(model_.likes.empty());
+  EXPECT_FALSE(model_.notice_read.empty());
+  EXPECT_GT(stream_.event_copies(), 0u);
+  Progress(fmt::format("done: {} membership changes, {} events, {} invalid records", plan.size(),
+                       stream_.events(), stream_.invalid()));
+}
+
+}  // namespace
+}  // namespace tally
