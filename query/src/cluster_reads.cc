@@ -133,6 +133,12 @@ std::optional<Response> QueryService::RouteElsewhere(const Request& request, uin
     return PartitionMoving(p, fmt::format("not served here (asked by {}); {} serves it",
                                           request.forwarded, home.member));
   }
+  if (request.must_not_block) {
+    // MayBlock() saw it served here; it moved since. The retry is routed
+    // afresh.
+    return PartitionMoving(
+        p, fmt::format("it moved to {} while the request was dispatched", home.member));
+  }
   if (peers_ == nullptr) return PartitionMoving(p, peers_error_.message());
   PeerResponse answer =
       peers_->Get(home.http, request.target, {}, PeerClient::In(options_.peer_timeout_ms));

@@ -224,6 +224,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
       request.body = {};
       request.body_too_large = true;
     }
+    request.must_not_block = true;  // an I/O thread
     Answer(req, service->Handle(request), false);
   } catch (...) {
     // Only allocation can fail above: answer 500 and close, if even that

@@ -138,11 +138,23 @@ bool QueryService::MayBlock(const Request& request) const {
   if (m.route == nullptr || !m.route->may_forward || request.method != m.route->method) {
     return false;
   }
+  const bool spans = m.route->name == "user_unread" || m.route->name == "post_counts_batch";
+  bool current = m.route->name == "feed_snapshot";
+  if (current) {
+    std::string value;
+    if (!FindQueryParam(m.query, "current", &current, &value).ok()) return false;
+  }
   // A forwarded request is answered from what is here, except that an
   // unread and a current snapshot read their followees' counts from the
   // members serving them.
-  return request.forwarded.empty() || m.route->name == "user_unread" ||
-         m.route->name == "feed_snapshot";
+  if (!request.forwarded.empty()) return m.route->name == "user_unread" || current;
+  if (spans || current) return true;
+  // A read of one entity stays on the I/O thread when it is served here
+  // (RouteElsewhere refuses to wait if that changes before it runs).
+  uint64_t id = 0;
+  if (!ParseId(m.param[0], &id)) return false;  // a 400, answered at once
+  return options_.cluster->Home(schemas::PartitionOf(id, options_.store->partitions())).where !=
+         PartitionHome::Where::kHere;
 }
 
 QueryService::~QueryService() {

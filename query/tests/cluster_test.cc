@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -498,6 +499,39 @@ TEST_F(ClusterTest, FeedResetRecordsEveryFolloweesCountFromTheirMembers) {
     EXPECT_EQ(e.user_id, reader_);
     EXPECT_EQ(e.snapshot, *expected) << m.id << " " << records.back().value;
   }
+}
+
+TEST_F(ClusterTest, OnlyReadsThatMayAskAPeerLeaveTheIoThreads) {
+  QueryService& a = *members_[0].service;  // serves the global partition
+  const uint64_t here = IdsIn(global_, 1, 1)[0];
+  const uint64_t there = IdsIn(b_part_, 1, 1)[0];
+  std::deque<std::string> targets;  // the requests' targets borrow from here
+  auto get = [&targets](std::string target, std::string_view forwarded = {}) {
+    targets.push_back(std::move(target));
+    return Request{"GET", targets.back(), {}, false, {}, forwarded};
+  };
+  EXPECT_FALSE(a.MayBlock(get(fmt::format("/v1/posts/{}/counts", here))));
+  EXPECT_FALSE(a.MayBlock(get(fmt::format("/v1/users/{}/feed/snapshot", here))));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/posts/{}/counts", there))));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/posts/{}/likes/1", there))));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/posts/counts?ids={}", here))));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/users/{}/unread", here))));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/users/{}/feed/snapshot?current=true", here))));
+  EXPECT_FALSE(a.MayBlock(get("/v1/posts/x/counts")));
+  EXPECT_FALSE(a.MayBlock(get("/v1/cluster")));
+  // Forwarded: answered from what is here, but for followee counts.
+  EXPECT_FALSE(a.MayBlock(get(fmt::format("/v1/posts/{}/counts", there), "b")));
+  EXPECT_FALSE(a.MayBlock(get(fmt::format("/v1/posts/counts?ids={}", there), "b")));
+  EXPECT_TRUE(a.MayBlock(get(fmt::format("/v1/users/{}/unread", here), "b")));
+
+  // Moved between MayBlock and the handler: 503, never a wait on the I/O
+  // thread.
+  Request moved = get(fmt::format("/v1/posts/{}/counts", there));
+  moved.must_not_block = true;
+  Response r = a.Handle(moved);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("partition_moving"), std::string::npos) << r.body;
+  EXPECT_EQ(r.retry_after_s, 1);
 }
 
 TEST(SingleProcessClusterTest, ClusterOfOneOwnsEveryPartitionAndNamesItsMember) {

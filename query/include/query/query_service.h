@@ -72,6 +72,11 @@ struct Request {
   // id of the member that forwarded this request, which is then answered
   // from what this member holds and never forwarded again.
   std::string_view forwarded = {};
+  // Set by a transport that runs Handle() on a thread that must not wait
+  // (an I/O thread) because MayBlock() said no: a read whose partition
+  // moved to another member in between answers 503 partition_moving rather
+  // than wait for that member.
+  bool must_not_block = false;
 };
 
 // The answer. `content_type` and `allow` point to static strings.
@@ -169,10 +174,13 @@ class QueryService {
 
   // True when answering `request` may block its thread (waiting on a
   // broker or on another member), so a transport runs it off its I/O
-  // threads: internal::RequestMayBlock(), and in a cluster every request
-  // for state that is not forwarded to this member (it may ask a peer; a
-  // forwarded unread too, for its followees' counts). Cheap: matches the
-  // route, reads no state. Safe for concurrent use.
+  // threads: internal::RequestMayBlock(), and in a cluster the reads that
+  // may ask a peer: a read of one entity whose partition is not served
+  // here now (ClusterRouting::Home), every batch and unread, a current
+  // snapshot (?current=true) — except that a forwarded request asks no
+  // peer but for an unread's or a current snapshot's followee counts.
+  // Cheap: matches the route and asks Home(), reads no state. Safe for
+  // concurrent use.
   bool MayBlock(const Request& request) const;
 
  private:
