@@ -710,5 +710,39 @@ TEST_F(ClusterWatermarksHttpTest, AnyMemberReportsEveryPartitionAsOneStoreWould)
   EXPECT_EQ(a.Header("Retry-After"), "1");
 }
 
+TEST_F(ClusterWatermarksHttpTest, WaitVisibleWaitsForEveryMembersPartitions) {
+  // Partition 3 ("b") has a delta it has not applied; "a" has applied all
+  // of its own. The router committed past everything to come.
+  kafka_.Produce("tally.deltas", 3, 1);
+  kafka_.Commit("tally", {{{"tally.events", 0}, 5}, {{"tally.events", 1}, 5}});
+  ingest::PublisherOptions po;
+  po.kafka.brokers = kafka_.brokers();
+  po.kafka.embedded = true;
+  po.kafka.overrides = {{"log_level", "0"}};
+  auto publisher = ingest::EventPublisher::Create(po);
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  Member& a = members_[0];
+  QueryServiceOptions o;
+  o.store = a.store.get();
+  o.watermarks = a.watermarks.get();
+  o.cluster = a.routing.get();
+  o.publisher = publisher->get();
+  o.visible_timeout_ms = 1500;
+  QueryService service(std::move(o));
+  const std::string_view event = R"({"type":"like","ts":5,"post_id":7,"user_id":1})";
+  // "a"'s own view says visible; the cluster's does not.
+  auto own = a.watermarks->Compute();
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->lag, 0);
+  Response r = service.Handle(Request{"POST", "/v1/events?wait=visible", event, false, {}, {}});
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_NE(r.body.find("not_yet_visible"), std::string::npos) << r.body;
+
+  SetProgress(3, 1, 0, {});
+  r = service.Handle(Request{"POST", "/v1/events?wait=visible", event, false, {}, {}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"accepted":1,"visible":true})");
+}
+
 }  // namespace
 }  // namespace tally::query
