@@ -336,6 +336,78 @@ std::optional<Response> QueryService::CurrentFolloweePostsOfOwner(
   return std::nullopt;
 }
 
+Response QueryService::ClusterPostCounts(const Request& request, const std::vector<uint64_t>& ids) {
+  base::Status st;
+  std::vector<store::PostCounts> counts;
+  const uint32_t n = options_.store->partitions();
+  std::vector<uint64_t> local_ids;
+  std::vector<size_t> local_positions, remote_positions;
+  for (size_t i = 0; i < ids.size(); i++) {
+    const uint32_t p = schemas::PartitionOf(ids[i], n);
+    PartitionHome home = options_.cluster->Home(p);
+    if (home.where == PartitionHome::Where::kHere) {
+      local_ids.push_back(ids[i]);
+      local_positions.push_back(i);
+    } else if (home.where == PartitionHome::Where::kPeer && !request.forwarded.empty()) {
+      // Asked by a peer: never a second hop.
+      return ReadFailed(store::NotHeldError(std::vector<uint32_t>{p}),
+                        fmt::format("post {} (asked by {})", ids[i], Clip(request.forwarded)));
+    } else {
+      remote_positions.push_back(i);  // kNowhere: FillFromPeers answers 503
+    }
+  }
+  counts.resize(ids.size());
+  std::vector<std::string> members;
+  if (!local_ids.empty()) {
+    std::vector<store::PostCounts> local;
+    store::MissingPartitions missing;
+    st = options_.store->GetPostCounts(local_ids, &local, &missing);
+    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", local_ids.size()));
+    if (!missing.empty()) {
+      return ReadFailed(store::NotHeldError(missing.partitions),
+                        fmt::format("{} posts", local_ids.size()));
+    }
+    for (size_t k = 0; k < local_positions.size(); k++) counts[local_positions[k]] = local[k];
+  }
+  std::vector<std::string> answered_by(ids.size());
+  if (auto failed = FillFromPeers(ids, remote_positions, &counts, &answered_by)) {
+    return std::move(*failed);
+  }
+  // X-Tally-Member: every member that answered, in the order of the ids.
+  const std::string self = SelfId();
+  for (size_t pos : local_positions) answered_by[pos] = self;
+  for (const std::string& who : answered_by) internal::AddMembers(who, &members);
+  Response r = JsonResponse(200, internal::RenderPostCountsBatch(counts));
+  r.member = fmt::format("{}", fmt::join(members, ","));
+  return r;
+}
+
+std::optional<Response> QueryService::CountFeedWhereServed(uint64_t user_id, int64_t* feed,
+                                                           std::vector<std::string>* members) {
+  // The feed counts each followee where its partition is served (the
+  // store counted those of every partition it holds, restoring copies
+  // included): the snapshot's followees in the current set, each adding
+  // max(0, posts now - posts then), as the store's FeedUnread does.
+  auto snap = options_.store->GetFeedSnapshot(user_id);
+  if (!snap.ok()) return ReadFailed(snap.status(), fmt::format("user {}", user_id));
+  *feed = 0;
+  if (snap->exists && !snap->followees.empty()) {
+    std::vector<std::pair<uint64_t, uint64_t>> now;
+    if (auto failed = CurrentFolloweePostsAnywhere(user_id, &now, members)) {
+      return std::move(*failed);
+    }
+    auto then = snap->followees.begin();  // both ascend by id
+    for (const auto& [f, posts] : now) {
+      while (then != snap->followees.end() && then->first < f) ++then;
+      if (then == snap->followees.end()) break;
+      if (then->first == f && posts > then->second) {
+        *feed += static_cast<int64_t>(posts - then->second);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 base::Result<WatermarkReport> QueryService::ClusterWatermarks(bool* moving) {
   if (moving != nullptr) *moving = false;
   auto local = options_.watermarks->Compute();

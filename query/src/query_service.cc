@@ -290,26 +290,8 @@ Response QueryService::HandleUserUnread(const Request& request, const Match& m) 
   std::vector<std::string> members;
   members.push_back(SelfId());
   if (cluster) {
-    // The feed counts each followee where its partition is served (the
-    // store counted those of every partition it holds, restoring copies
-    // included): the snapshot's followees in the current set, each adding
-    // max(0, posts now - posts then), as the store's FeedUnread does.
-    auto snap = options_.store->GetFeedSnapshot(m.id[0]);
-    if (!snap.ok()) return ReadFailed(snap.status(), fmt::format("user {}", m.id[0]));
-    u->feed = 0;
-    if (snap->exists && !snap->followees.empty()) {
-      std::vector<std::pair<uint64_t, uint64_t>> now;
-      if (auto failed = CurrentFolloweePostsAnywhere(m.id[0], &now, &members)) {
-        return std::move(*failed);
-      }
-      auto then = snap->followees.begin();  // both ascend by id
-      for (const auto& [f, posts] : now) {
-        while (then != snap->followees.end() && then->first < f) ++then;
-        if (then == snap->followees.end()) break;
-        if (then->first == f && posts > then->second) {
-          u->feed += static_cast<int64_t>(posts - then->second);
-        }
-      }
+    if (auto failed = CountFeedWhereServed(m.id[0], &u->feed, &members)) {
+      return std::move(*failed);
     }
   }
   Response r = JsonResponse(200, internal::RenderUnread(m.id[0], *u));
@@ -378,49 +360,7 @@ Response QueryService::HandlePostCountsBatch(const Request& request, const Match
     if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", ids.size()));
     return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
   }
-  // In a cluster: the ids served here read in one call, the others asked
-  // of their members, one request per member, all at once.
-  const uint32_t n = options_.store->partitions();
-  std::vector<uint64_t> local_ids;
-  std::vector<size_t> local_positions, remote_positions;
-  for (size_t i = 0; i < ids.size(); i++) {
-    const uint32_t p = schemas::PartitionOf(ids[i], n);
-    PartitionHome home = options_.cluster->Home(p);
-    if (home.where == PartitionHome::Where::kHere) {
-      local_ids.push_back(ids[i]);
-      local_positions.push_back(i);
-    } else if (home.where == PartitionHome::Where::kPeer && !request.forwarded.empty()) {
-      // Asked by a peer: never a second hop.
-      return ReadFailed(store::NotHeldError(std::vector<uint32_t>{p}),
-                        fmt::format("post {} (asked by {})", ids[i], Clip(request.forwarded)));
-    } else {
-      remote_positions.push_back(i);  // kNowhere: FillFromPeers answers 503
-    }
-  }
-  counts.resize(ids.size());
-  std::vector<std::string> members;
-  if (!local_ids.empty()) {
-    std::vector<store::PostCounts> local;
-    store::MissingPartitions missing;
-    st = options_.store->GetPostCounts(local_ids, &local, &missing);
-    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", local_ids.size()));
-    if (!missing.empty()) {
-      return ReadFailed(store::NotHeldError(missing.partitions),
-                        fmt::format("{} posts", local_ids.size()));
-    }
-    for (size_t k = 0; k < local_positions.size(); k++) counts[local_positions[k]] = local[k];
-  }
-  std::vector<std::string> answered_by(ids.size());
-  if (auto failed = FillFromPeers(ids, remote_positions, &counts, &answered_by)) {
-    return std::move(*failed);
-  }
-  // X-Tally-Member: every member that answered, in the order of the ids.
-  const std::string self = SelfId();
-  for (size_t pos : local_positions) answered_by[pos] = self;
-  for (const std::string& who : answered_by) internal::AddMembers(who, &members);
-  Response r = JsonResponse(200, internal::RenderPostCountsBatch(counts));
-  r.member = fmt::format("{}", fmt::join(members, ","));
-  return r;
+  return ClusterPostCounts(request, ids);
 }
 
 std::string QueryService::KafkaProblem() const {

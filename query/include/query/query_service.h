@@ -252,6 +252,15 @@ class QueryService {
   // /v1/users/{id}/feed/snapshot?current=true).
   std::optional<Response> CurrentFolloweePostsOfOwner(
       uint64_t user_id, std::vector<std::pair<uint64_t, uint64_t>>* out);
+  // GET /v1/posts/counts in a cluster: the ids served here read in one
+  // call, the others asked of their members, one request per member, all
+  // at once; merged in the order asked.
+  Response ClusterPostCounts(const Request& request, const std::vector<uint64_t>& ids);
+  // A user's unread feed in a cluster (the user's partition served here),
+  // each followee's post count read where its partition is served; adds
+  // the members read to `members`.
+  std::optional<Response> CountFeedWhereServed(uint64_t user_id, int64_t* feed,
+                                               std::vector<std::string>* members);
   // GET /v1/watermarks over the whole cluster: this member's report merged
   // with every peer's (src/cluster_watermarks.h); this member's alone
   // without a cluster. *moving (may be null): the merge failed because a
