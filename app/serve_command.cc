@@ -92,6 +92,9 @@ int RunServe(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = store->partitions();
   qo.auth_token = *token;
+  // A member answers every read: what it holds here, the rest from the
+  // members that serve it. `member` outlives the HTTP tier.
+  qo.cluster = member.get();
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   auto tier = StartHttpTier(f, http, *so, std::move(qo));

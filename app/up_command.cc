@@ -207,6 +207,9 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
+  // A member answers every read: what it holds here, the rest from the
+  // members that serve it. `member` outlives the HTTP tier.
+  qo.cluster = member.get();
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
   qo.ready = [&runner, &stage_failed, &member] {
