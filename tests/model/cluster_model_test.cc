@@ -9,12 +9,10 @@
 // restoring), every member's answer for every entity of the model must
 // equal the model.
 //
-// Before the query tier forwards requests (no GET /v1/cluster yet) a member
-// answers 503 for what it does not hold: then every answer given must equal
-// the model, and every read of one partition must be answered by some
-// member. Once it forwards, every member must answer everything, with
-// X-Tally-Member naming a live member, and GET /v1/cluster must list
-// exactly the live members.
+// Every member must answer every read (forwarding to the others what it
+// does not hold), with X-Tally-Member naming live members; GET /v1/cluster
+// must list exactly the live members, and GET /v1/watermarks must cover
+// every partition with lag 0.
 //
 // The seed is printed; rerun with TALLY_MODEL_SEED=<seed>. The members log
 // at info into the test's temp dir; after a failure it is kept and the
@@ -104,10 +102,6 @@ struct Member {
 struct Query {
   std::string target;
   json want;
-  // Reads several partitions (a user's unread: the user's, the global one,
-  // the followees' for the feed): before the query tier forwards, maybe
-  // no single member can answer it.
-  bool several_partitions = false;
 };
 
 class ClusterModelTest : public ::testing::Test {
@@ -417,7 +411,7 @@ class ClusterModelTest : public ::testing::Test {
   }
 
   // Every read of the model's entities and what the model answers.
-  std::vector<Query> Queries(bool forwarding) {
+  std::vector<Query> Queries() {
     std::vector<Query> out;
     auto post_json = [&](uint64_t p) {
       auto it = model_.posts.find(p);
@@ -428,7 +422,7 @@ class ClusterModelTest : public ::testing::Test {
     for (uint64_t p = 1; p <= kPosts; p++) {
       out.push_back({"/v1/posts/" + std::to_string(p) + "/counts", post_json(p)});
     }
-    if (forwarding) {
+    {
       // A batch spans every partition: split by owner and asked in parallel.
       std::string ids;
       json posts = json::array();
@@ -436,7 +430,7 @@ class ClusterModelTest : public ::testing::Test {
         ids += (p > 1 ? "," : "") + std::to_string(p);
         posts.push_back(post_json(p));
       }
-      out.push_back({"/v1/posts/counts?ids=" + ids, json{{"posts", posts}}, true});
+      out.push_back({"/v1/posts/counts?ids=" + ids, json{{"posts", posts}}});
     }
     for (uint64_t u = 1; u <= kUsers; u++) {
       const std::string base = "/v1/users/" + std::to_string(u);
@@ -457,7 +451,7 @@ class ClusterModelTest : public ::testing::Test {
       json dots = json::object();
       for (const auto& [channel, shows] : model_.Dots(u)) dots[channel] = shows;
       unread["red_dots"] = dots;
-      out.push_back({base + "/unread", unread, true});
+      out.push_back({base + "/unread", unread});
 
       json followees = json::object();
       int64_t taken = 0;
@@ -484,12 +478,13 @@ class ClusterModelTest : public ::testing::Test {
   }
 
   // Asks every live member every query; what differs from the model, one
-  // line each (empty when everything agrees). `*unanswered`: reads that no
-  // member could answer alone (only before forwarding, several partitions).
-  std::vector<std::string> Differences(bool forwarding, const std::vector<Query>& queries,
-                                       int* unanswered) {
+  // line each (empty when everything agrees). Every member answers every
+  // read, naming in X-Tally-Member the live member(s) whose state answered;
+  // GET /v1/cluster lists exactly the live members, and GET
+  // /v1/watermarks covers every partition with lag 0 (nothing is being
+  // published now).
+  std::vector<std::string> Differences(const std::vector<Query>& queries) {
     std::vector<std::string> out;
-    *unanswered = 0;
     const std::vector<Member*> live = Live();
     std::set<std::string> live_ids;
     for (Member* m : live) live_ids.insert(m->id());
@@ -502,7 +497,6 @@ class ClusterModelTest : public ::testing::Test {
         client_->GetAll(std::move(requests), query::PeerClient::In(30000));
     for (size_t qi = 0; qi < queries.size(); qi++) {
       const Query& q = queries[qi];
-      bool answered = false;
       for (size_t mi = 0; mi < live.size(); mi++) {
         const query::PeerResponse& r = answers[mi * queries.size() + qi];
         const std::string who = live[mi]->name + " " + q.target;
@@ -510,66 +504,55 @@ class ClusterModelTest : public ::testing::Test {
           out.push_back(who + ": " + r.error);
           continue;
         }
-        if (r.status == 200) {
-          answered = true;
-          json got = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-          if (got != q.want) {
-            out.push_back(who + ": got " + r.body + ", the model says " + q.want.dump());
-          }
-          if (forwarding) {
-            // The member(s) whose state answered, comma-separated.
-            const std::string by(r.Header("X-Tally-Member"));
-            size_t at = 0;
-            do {
-              const size_t comma = std::min(by.find(',', at), by.size());
-              if (live_ids.count(by.substr(at, comma - at)) == 0) {
-                out.push_back(who + ": X-Tally-Member '" + by + "' names no live member");
-                break;
-              }
-              at = comma + 1;
-            } while (at <= by.size());
-          }
+        if (r.status != 200) {
+          out.push_back(who + ": HTTP " + std::to_string(r.status) + " " + r.body);
           continue;
         }
-        // Before forwarding, a member answers only what it holds.
-        if (!forwarding && r.status == 503 &&
-            r.body.find("\"code\":\"unavailable\"") != std::string::npos) {
-          continue;
+        json got = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+        if (got != q.want) {
+          out.push_back(who + ": got " + r.body + ", the model says " + q.want.dump());
         }
-        out.push_back(who + ": HTTP " + std::to_string(r.status) + " " + r.body);
-      }
-      if (!answered && !forwarding) {
-        if (q.several_partitions) {
-          ++*unanswered;
-        } else {
-          out.push_back(q.target + ": no member answered it");
-        }
+        const std::string by(r.Header("X-Tally-Member"));  // comma-separated
+        size_t at = 0;
+        do {
+          const size_t comma = std::min(by.find(',', at), by.size());
+          if (live_ids.count(by.substr(at, comma - at)) == 0) {
+            out.push_back(who + ": X-Tally-Member '" + by + "' names no live member");
+            break;
+          }
+          at = comma + 1;
+        } while (at <= by.size());
       }
     }
-    if (forwarding) {
-      for (Member* m : live) {
-        auto r = client_->Get(m->url(), "/v1/cluster", {}, query::PeerClient::In(10000));
-        std::set<std::string> listed;
-        json c = json::parse(r.body, nullptr, false);
-        if (r.ok() && r.status == 200 && c.contains("members") && c["members"].is_array()) {
-          for (const auto& e : c["members"]) listed.insert(e.value("member", ""));
+    for (Member* m : live) {
+      auto r = client_->Get(m->url(), "/v1/cluster", {}, query::PeerClient::In(10000));
+      std::set<std::string> listed;
+      json c = json::parse(r.body, nullptr, false);
+      if (r.ok() && r.status == 200 && c.contains("members") && c["members"].is_array()) {
+        for (const auto& e : c["members"]) listed.insert(e.value("member", ""));
+      }
+      if (listed != live_ids) {
+        out.push_back(m->name + " /v1/cluster: " + (r.ok() ? r.body : r.error) +
+                      " does not list exactly the live members " + LiveNames());
+      }
+      r = client_->Get(m->url(), "/v1/watermarks", {}, query::PeerClient::In(10000));
+      json w = json::parse(r.body, nullptr, false);
+      std::set<std::pair<std::string, int>> covered;
+      if (r.ok() && r.status == 200 && w.contains("partitions") && w["partitions"].is_array()) {
+        for (const auto& e : w["partitions"]) {
+          covered.insert({e.value("topic", ""), e.value("partition", -1)});
         }
-        if (listed != live_ids) {
-          out.push_back(m->name + " /v1/cluster: " + (r.ok() ? r.body : r.error) +
-                        " does not list exactly the live members " + LiveNames());
-        }
+      }
+      bool whole = true;
+      for (const char* topic : {"tally.events", "tally.deltas"}) {
+        for (int p = 0; p < kPartitions; p++) whole = whole && covered.count({topic, p}) > 0;
+      }
+      if (!whole || !w.contains("lag") || w["lag"] != 0) {
+        out.push_back(m->name + " /v1/watermarks: " + (r.ok() ? r.body : r.error) +
+                      (whole ? "" : " (does not cover every partition)"));
       }
     }
     return out;
-  }
-
-  // True once the query tier forwards requests: GET /v1/cluster exists.
-  bool Forwarding() {
-    for (Member* m : Live()) {
-      auto r = client_->Get(m->url(), "/v1/cluster", {}, query::PeerClient::In(10000));
-      if (r.ok()) return r.status != 404;
-    }
-    return false;
   }
 
   // Polls until every member answers as the model (the events published
@@ -577,26 +560,18 @@ class ClusterModelTest : public ::testing::Test {
   // `timeout_s`.
   void ExpectConverges(const std::string& after, int timeout_s = 60) {
     const auto start = std::chrono::steady_clock::now();
-    const bool forwarding = Forwarding();
-    const std::vector<Query> queries = Queries(forwarding);
+    const std::vector<Query> queries = Queries();
     std::vector<std::string> diff;
-    int unanswered = 0, polls = 0;
+    int polls = 0;
     while (Seconds(start) < timeout_s) {
       if (!AllAlive()) return;
       polls++;
-      diff = Differences(forwarding, queries, &unanswered);
+      diff = Differences(queries);
       if (diff.empty()) {
         Progress(fmt::format(
-            "after {}: all {} members agree with the model on {} reads ({}){}; {:.1f} s, {} "
-            "polls, {} events so far",
-            after, Live().size(), queries.size(),
-            forwarding ? "forwarding: every member answers every read"
-                       : "before forwarding: the members holding each partition answer",
-            unanswered
-                ? fmt::format(", {} unread reads spanning partitions no member held together",
-                              unanswered)
-                : "",
-            Seconds(start), polls, stream_.events()));
+            "after {}: all {} members answer {} reads as the model; {:.1f} s, {} polls, {} "
+            "events so far",
+            after, Live().size(), queries.size(), Seconds(start), polls, stream_.events()));
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
