@@ -532,6 +532,11 @@ struct Applier::Rep : public OwnershipListener {
   void Publish(int64_t now) {
     cluster::MemberInfo info = Describe();
     const bool restoring = !info.restoring.empty();
+    // A new group generation is news even when nothing moved here: the
+    // group calls no listener for an empty assignment, and a member given
+    // no partition (more members than partitions) becomes ready only once
+    // it has published a generation (ClusterMember::Ready()).
+    if (info.generation != last_published.generation) publish_due = true;
     if (!publish_due && !(restoring && now - last_publish_ms >= 1000)) return;
     publish_due = false;
     last_publish_ms = now;
