@@ -41,11 +41,9 @@
 
 #include "base/kafka.h"
 #include "base/log.h"
-#include "cluster/members_directory.h"
+#include "cluster_processes.h"
 #include "model.h"
 #include "query/peer_client.h"
-#include "testing/child_process.h"
-#include "testing/free_port.h"
 #include "testing/temp_dir.h"
 
 #ifndef TALLY_BINARY
@@ -56,13 +54,14 @@ namespace tally {
 namespace {
 
 namespace fs = std::filesystem;
+using model::ClusterProcesses;
 using model::EventStream;
+using model::Member;
 using model::Model;
 using nlohmann::json;
 using schemas::UnreadKind;
 
 constexpr int kPartitions = 4;
-constexpr const char* kGroup = "g";
 // The entities the event streams touch (model.h): posts 1..40 (liked by
 // users 1..15), users 1..30.
 constexpr uint64_t kPosts = 40, kUsers = 30, kLikers = 15;
@@ -85,19 +84,6 @@ const char* ChangeName(Change c) {
   return "?";
 }
 
-// One `tally up` member: its port (and so its member id), state dir and log
-// stay across restarts.
-struct Member {
-  std::string name;  // m1, m2, ... in the order they first joined
-  int port = 0;
-  int standbys = 0;
-  fs::path state_dir, log;
-  std::unique_ptr<testing::ChildProcess> proc;  // null while not running
-  bool killed = false;                          // SIGKILLed and not restarted since
-  std::string id() const { return "127.0.0.1:" + std::to_string(port); }
-  std::string url() const { return "http://" + id(); }
-};
-
 // One read of SPEC section 4 and the model's answer to it.
 struct Query {
   std::string target;
@@ -119,29 +105,22 @@ class ClusterModelTest : public ::testing::Test {
     binary_ = bin != nullptr && *bin ? bin : TALLY_BINARY;
     ASSERT_TRUE(!binary_.empty() && fs::exists(binary_))
         << "the tally binary (TALLY_BINARY) is not at '" << binary_ << "'";
-    StartBroker();
-    ASSERT_FALSE(bootstrap_.empty());
-    kafka_.brokers = bootstrap_;
-    kafka_.embedded = true;
-    kafka_.overrides.push_back({"log_level", "3"});
+    model::ClusterProcessesOptions co;
+    co.binary = binary_;
+    co.dir = dir_.path();
+    co.partitions = kPartitions;
+    co.progress = [this](const std::string& line) { Progress(line); };
+    cluster_ = std::make_unique<ClusterProcesses>(co);
+    auto st = cluster_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
 
-    auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka_,
+    auto pconf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, cluster_->kafka(),
                                      {{"linger.ms", "2"}, {"enable.idempotence", "true"}});
     ASSERT_TRUE(pconf.ok()) << pconf.status().ToString();
     auto p = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(pconf).value());
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     producer_ = std::move(p).value();
     stream_.set_producer(producer_.get());
-
-    // An observer of the members directory: reads tally.members, never
-    // publishes, so it is no member.
-    cluster::MembersDirectoryOptions d;
-    d.kafka = kafka_;
-    d.member = "model-observer";
-    d.group = kGroup;
-    auto dir = cluster::MembersDirectory::Start(d);
-    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
-    directory_ = std::move(dir).value();
 
     query::PeerClientOptions po;
     po.max_connections_per_peer = 8;
@@ -152,18 +131,14 @@ class ClusterModelTest : public ::testing::Test {
 
   void TearDown() override {
     if (publisher_.joinable()) publisher_.join();
-    if (HasFailure()) {
-      PrintLogTails();
+    if (HasFailure() && cluster_) {
+      cluster_->PrintLogTails();
       dir_.Keep();
       std::printf("the members' state and logs are kept in %s\n", dir_.path().c_str());
     }
-    for (auto& m : members_) {
-      if (m.proc) m.proc->Kill();
-    }
     client_.reset();
-    directory_.reset();
     producer_.reset();
-    if (broker_) broker_->Terminate(10000);
+    cluster_.reset();
     EXPECT_EQ(base::AwaitBackgroundDestroys(30000), 0);
     if (HasFailure()) {
       std::printf("reproduce with TALLY_MODEL_SEED=%llu\n", static_cast<unsigned long long>(seed_));
@@ -183,87 +158,6 @@ class ClusterModelTest : public ::testing::Test {
 
   static double Seconds(std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-  }
-
-  // `tally broker` on a free port with kPartitions partitions per topic
-  // (tally.members and tally.meta: 1); retried on another port if the one
-  // picked was taken meanwhile.
-  void StartBroker() {
-    for (int attempt = 0; attempt < 3 && bootstrap_.empty(); attempt++) {
-      const int port = testing::FreePort();
-      ASSERT_GT(port, 0);
-      testing::ChildOptions o;
-      o.argv = {binary_,        "broker",
-                "--port",       std::to_string(port),
-                "--partitions", std::to_string(kPartitions),
-                "--log-level",  "info"};
-      o.log_path = (dir_.path() / "broker.log").string();
-      o.stdout_pipe = true;
-      broker_ = std::make_unique<testing::ChildProcess>();
-      ASSERT_TRUE(broker_->Start(o).ok());
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (std::chrono::steady_clock::now() < deadline) {
-        std::string line = broker_->ReadLine(1000);
-        if (line.rfind("bootstrap: ", 0) == 0) {
-          bootstrap_ = line.substr(11);
-          break;
-        }
-        if (!broker_->Running()) break;
-      }
-      if (bootstrap_.empty()) broker_->Terminate(5000);
-    }
-    Progress(fmt::format("tally broker up at {} ({} partitions)", bootstrap_, kPartitions));
-  }
-
-  Member& AddMember(int standbys) {
-    Member m;
-    m.name = "m" + std::to_string(members_.size() + 1);
-    m.port = testing::FreePort();
-    m.standbys = standbys;
-    m.state_dir = dir_.path() / (m.name + "-state");
-    m.log = dir_.path() / (m.name + ".log");
-    members_.push_back(std::move(m));
-    return members_.back();
-  }
-
-  void StartMember(Member& m, bool empty_state) {
-    if (empty_state) fs::remove_all(m.state_dir);
-    fs::create_directories(m.state_dir);
-    {
-      std::ofstream log(m.log, std::ios::app);
-      log << "==== test: starting " << m.name << " (" << m.id() << ")"
-          << (empty_state ? " with an empty state dir" : " with its state dir") << " at +"
-          << Seconds(t0_) << " s ====\n";
-    }
-    testing::ChildOptions o;
-    o.argv = {binary_,      "up",          "--brokers",          bootstrap_, "--group",
-              kGroup,       "--state-dir", m.state_dir.string(), "--http",   m.id(),
-              "--flush-ms", "20",          "--log-level",        "info"};
-    if (m.standbys > 0) {
-      o.argv.push_back("--standbys");
-      o.argv.push_back(std::to_string(m.standbys));
-    }
-    o.log_path = m.log.string();
-    m.proc = std::make_unique<testing::ChildProcess>();
-    auto st = m.proc->Start(o);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    m.killed = false;
-  }
-
-  std::vector<Member*> Live() {
-    std::vector<Member*> out;
-    for (auto& m : members_) {
-      if (m.proc) out.push_back(&m);
-    }
-    return out;
-  }
-
-  std::vector<Member*> Killed() {
-    std::vector<Member*> out;
-    for (auto& m : members_) {
-      if (!m.proc && m.killed) out.push_back(&m);
-    }
-    return out;
   }
 
   // 7 or 8 changes with every kind at least once, the live members staying
@@ -327,87 +221,18 @@ class ClusterModelTest : public ::testing::Test {
     if (publisher_.joinable()) publisher_.join();
   }
 
-  // What the directory shows, one member a line.
-  std::string DescribeDirectory() {
-    std::string out;
-    for (const auto& m : directory_->Snapshot()) {
-      out += "  " + m.member + " gen " + std::to_string(m.generation) + " owns [";
-      for (size_t i = 0; i < m.owns.size(); i++) out += (i ? "," : "") + std::to_string(m.owns[i]);
-      out += "] standby [";
-      for (size_t i = 0; i < m.standby.size(); i++)
-        out += (i ? "," : "") + std::to_string(m.standby[i]);
-      out += "] restoring [";
-      for (size_t i = 0; i < m.restoring.size(); i++) {
-        const auto& r = m.restoring[i];
-        out += (i ? "," : "") + std::to_string(r.partition) + "@" + std::to_string(r.offset) + "/" +
-               std::to_string(r.end_offset);
-      }
-      out += "]\n";
+  // Waits until the applier group has settled after `after`
+  // (ClusterProcesses::SettledNow()), failing the test if it does not
+  // within 90 s.
+  bool WaitSettled(const std::string& after) {
+    auto took = cluster_->WaitSettled(90);
+    if (!took.ok()) {
+      ADD_FAILURE() << "after " << after << ": " << took.status().message();
+      return false;
     }
-    return out.empty() ? "  (no live member)\n" : out;
-  }
-
-  // The applier group has settled when the directory shows exactly the
-  // live members, each partition owned by exactly one of them, the counts
-  // owned differing by at most one (cooperative-sticky balances them),
-  // and nothing restoring.
-  bool SettledNow() {
-    if (!directory_->CaughtUp()) return false;
-    std::set<std::string> want, got;
-    for (Member* m : Live()) want.insert(m->id());
-    std::vector<int> owners(kPartitions, 0);
-    size_t fewest = SIZE_MAX, most = 0;
-    for (const auto& m : directory_->Snapshot()) {
-      got.insert(m.member);
-      if (!m.restoring.empty()) return false;
-      for (int32_t p : m.owns) {
-        if (p < 0 || p >= kPartitions) return false;
-        owners[p]++;
-      }
-      fewest = std::min(fewest, m.owns.size());
-      most = std::max(most, m.owns.size());
-    }
-    if (got != want || most > fewest + 1) return false;
-    return std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; });
-  }
-
-  // Fails (naming the member) if a live member's process has exited.
-  bool AllAlive() {
-    for (Member* m : Live()) {
-      if (!m->proc->Running()) {
-        auto st = m->proc->Wait(0);
-        ADD_FAILURE() << m->name << " (" << m->id() << ") exited by itself, wait status "
-                      << (st ? *st : -1);
-        return false;
-      }
-    }
+    Progress(
+        fmt::format("settled {:.1f} s after {}:\n{}", *took, after, cluster_->DescribeDirectory()));
     return true;
-  }
-
-  // Waits until SettledNow() has held for three polls in a row (~0.5 s).
-  bool WaitSettled(const std::string& after, int timeout_s = 90) {
-    const auto start = std::chrono::steady_clock::now();
-    int in_a_row = 0;
-    while (Seconds(start) < timeout_s) {
-      if (!AllAlive()) return false;
-      in_a_row = SettledNow() ? in_a_row + 1 : 0;
-      if (in_a_row >= 3) {
-        Progress(fmt::format("settled {:.1f} s after {}:\n{}", Seconds(start), after,
-                             DescribeDirectory()));
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    ADD_FAILURE() << "the cluster did not settle within " << timeout_s << " s after " << after
-                  << "; live: " << LiveNames() << "; the directory shows:\n"
-                  << DescribeDirectory();
-    return false;
-  }
-
-  std::string LiveNames() {
-    std::string out;
-    for (Member* m : Live()) out += (out.empty() ? "" : ", ") + m->name + "=" + m->id();
-    return out;
   }
 
   // Every read of the model's entities and what the model answers.
@@ -485,7 +310,7 @@ class ClusterModelTest : public ::testing::Test {
   // published now).
   std::vector<std::string> Differences(const std::vector<Query>& queries) {
     std::vector<std::string> out;
-    const std::vector<Member*> live = Live();
+    const std::vector<Member*> live = cluster_->Live();
     std::set<std::string> live_ids;
     for (Member* m : live) live_ids.insert(m->id());
     std::vector<query::PeerRequest> requests;
@@ -533,7 +358,7 @@ class ClusterModelTest : public ::testing::Test {
       }
       if (listed != live_ids) {
         out.push_back(m->name + " /v1/cluster: " + (r.ok() ? r.body : r.error) +
-                      " does not list exactly the live members " + LiveNames());
+                      " does not list exactly the live members " + cluster_->LiveNames());
       }
       r = client_->Get(m->url(), "/v1/watermarks", {}, query::PeerClient::In(10000));
       json w = json::parse(r.body, nullptr, false);
@@ -564,14 +389,18 @@ class ClusterModelTest : public ::testing::Test {
     std::vector<std::string> diff;
     int polls = 0;
     while (Seconds(start) < timeout_s) {
-      if (!AllAlive()) return;
+      if (std::string exited = cluster_->Exited(); !exited.empty()) {
+        ADD_FAILURE() << "after " << after << ": " << exited;
+        return;
+      }
       polls++;
       diff = Differences(queries);
       if (diff.empty()) {
         Progress(fmt::format(
             "after {}: all {} members answer {} reads as the model; {:.1f} s, {} polls, {} "
             "events so far",
-            after, Live().size(), queries.size(), Seconds(start), polls, stream_.events()));
+            after, cluster_->Live().size(), queries.size(), Seconds(start), polls,
+            stream_.events()));
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -580,9 +409,9 @@ class ClusterModelTest : public ::testing::Test {
     for (size_t i = 0; i < diff.size() && i < 40; i++) lines += "  " + diff[i] + "\n";
     ADD_FAILURE() << "after " << after << ", " << diff.size()
                   << " answers still differ from the model after " << timeout_s << " s (seed "
-                  << seed_ << "; live: " << LiveNames() << "):\n"
+                  << seed_ << "; live: " << cluster_->LiveNames() << "):\n"
                   << lines << "the directory shows:\n"
-                  << DescribeDirectory();
+                  << cluster_->DescribeDirectory();
   }
 
   // Resets of every unread kind, published once everything before them is
@@ -590,37 +419,6 @@ class ClusterModelTest : public ::testing::Test {
   void PublishResetsAndConverge(const std::string& after) {
     stream_.PublishResets(kResets);
     ExpectConverges(std::to_string(kResets) + " resets after " + after);
-  }
-
-  // The last lines of every log, and its warnings and errors.
-  void PrintLogTails() {
-    auto print = [](const std::string& title, const fs::path& path) {
-      std::ifstream in(path);
-      std::deque<std::string> tail, bad;
-      std::string line;
-      while (std::getline(in, line)) {
-        tail.push_back(line);
-        if (tail.size() > 30) tail.pop_front();
-        if (line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos ||
-            line.rfind("==== test", 0) == 0) {
-          bad.push_back(line);
-          if (bad.size() > 30) bad.pop_front();
-        }
-      }
-      std::printf("---- %s (%s): warnings, errors and starts ----\n", title.c_str(), path.c_str());
-      for (const auto& l : bad) std::printf("%s\n", l.c_str());
-      std::printf("---- %s: last lines ----\n", title.c_str());
-      for (const auto& l : tail) std::printf("%s\n", l.c_str());
-    };
-    print("broker", dir_.path() / "broker.log");
-    for (const auto& m : members_) {
-      print(m.name + " " + m.id() +
-                (m.proc     ? " (live)"
-                 : m.killed ? " (killed)"
-                            : " (left)"),
-            m.log);
-    }
-    std::fflush(stdout);
   }
 
   static constexpr int kBatchEvents = 60;
@@ -631,13 +429,9 @@ class ClusterModelTest : public ::testing::Test {
   std::mt19937_64 plan_rng_;    // membership: the plan, who leaves, standbys
   std::mt19937_64 events_rng_;  // the event stream alone, so a seed replays both
   std::string binary_;
-  std::unique_ptr<testing::ChildProcess> broker_;
-  std::string bootstrap_;
-  base::KafkaOptions kafka_;
+  std::unique_ptr<ClusterProcesses> cluster_;
   base::KafkaHandle producer_;
-  std::unique_ptr<cluster::MembersDirectory> directory_;
   std::unique_ptr<query::PeerClient> client_;
-  std::deque<Member> members_;  // stable addresses
   Model model_;
   EventStream stream_{&events_rng_, &model_, kPartitions};
   std::thread publisher_;
@@ -662,9 +456,9 @@ TEST_F(ClusterModelTest, EveryMemberAnswersAsTheModelThroughJoinsLeavesKillsAndR
   // Three members, one at least keeping a standby of each partition.
   StartPublishing(4);
   for (int i = 0; i < 3; i++) {
-    Member& m = AddMember(i == 1 ? 1 : static_cast<int>(plan_rng_() % 2));
-    StartMember(m, /*empty_state=*/true);
-    ASSERT_FALSE(HasFatalFailure());
+    Member& m = cluster_->AddMember(i == 1 ? 1 : static_cast<int>(plan_rng_() % 2));
+    auto st = cluster_->StartMember(m, /*empty_state=*/true);
+    ASSERT_TRUE(st.ok()) << st.ToString();
     Progress(fmt::format("started {} ({}{})", m.name, m.id(), m.standbys ? ", --standbys 1" : ""));
   }
   const bool settled = WaitSettled("the first 3 members started");
@@ -678,39 +472,37 @@ TEST_F(ClusterModelTest, EveryMemberAnswersAsTheModelThroughJoinsLeavesKillsAndR
   for (size_t step = 0; step < plan.size(); step++) {
     const Change c = plan[step];
     if (!publisher_.joinable()) StartPublishing(8);
-    std::vector<Member*> live = Live();
+    std::vector<Member*> live = cluster_->Live();
     std::string what;
     switch (c) {
       case Change::kJoin: {
-        Member& m = AddMember(static_cast<int>(plan_rng_() % 2));
-        StartMember(m, /*empty_state=*/true);
+        Member& m = cluster_->AddMember(static_cast<int>(plan_rng_() % 2));
+        auto st = cluster_->StartMember(m, /*empty_state=*/true);
+        ASSERT_TRUE(st.ok()) << st.ToString();
         what = "join of " + m.name + " (" + m.id() + (m.standbys ? ", --standbys 1" : "") + ")";
         break;
       }
       case Change::kLeave: {
         Member* m = live[plan_rng_() % live.size()];
         const auto start = std::chrono::steady_clock::now();
-        const int code = m->proc->StopWith(SIGTERM, 60000);
+        const int code = cluster_->Leave(*m, 60000);
         EXPECT_EQ(code, 0) << m->name << " did not exit 0 within 60 s of SIGTERM";
-        m->proc->Kill();
-        m->proc.reset();
         what = fmt::format("clean leave of {} (exit {} after {:.1f} s)", m->name, code,
                            Seconds(start));
         break;
       }
       case Change::kKill: {
         Member* m = live[plan_rng_() % live.size()];
-        m->proc->Kill();
-        m->proc.reset();
-        m->killed = true;
+        cluster_->Kill(*m);
         what = "SIGKILL of " + m->name;
         break;
       }
       case Change::kRestartKept:
       case Change::kRestartEmptied: {
-        std::vector<Member*> killed = Killed();
+        std::vector<Member*> killed = cluster_->Killed();
         Member* m = killed[plan_rng_() % killed.size()];
-        StartMember(*m, /*empty_state=*/c == Change::kRestartEmptied);
+        auto st = cluster_->StartMember(*m, /*empty_state=*/c == Change::kRestartEmptied);
+        ASSERT_TRUE(st.ok()) << st.ToString();
         what =
             std::string(c == Change::kRestartKept ? "restart of " : "restart (state emptied) of ") +
             m->name;
@@ -719,12 +511,13 @@ TEST_F(ClusterModelTest, EveryMemberAnswersAsTheModelThroughJoinsLeavesKillsAndR
     }
     const std::string label =
         "step " + std::to_string(step + 1) + "/" + std::to_string(plan.size()) + ", " + what;
-    Progress(label + "; live: " + LiveNames());
+    Progress(label + "; live: " + cluster_->LiveNames());
     if (step + 1 < plan.size() && overlap_ms[step + 1] > 0) {
       // Not a wait for something to happen: the next change is meant to
       // land in the middle of this one, whatever state it is in.
       std::this_thread::sleep_for(std::chrono::milliseconds(overlap_ms[step + 1]));
-      ASSERT_TRUE(AllAlive());
+      const std::string exited = cluster_->Exited();
+      ASSERT_TRUE(exited.empty()) << exited;
       continue;
     }
     const bool ok = WaitSettled(label);
