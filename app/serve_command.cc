@@ -92,6 +92,8 @@ int RunServe(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = store->partitions();
   qo.auth_token = *token;
+  qo.cluster = member.get();
+  qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   auto tier = StartHttpTier(f, http, *so, std::move(qo));

@@ -207,6 +207,9 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
+  // Any member answers everything; one process alone answers as itself.
+  qo.cluster = member.get();
+  qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
   qo.ready = [&runner, &stage_failed, &member] {

@@ -363,7 +363,10 @@ struct Applier::Rep : public OwnershipListener {
     owned.erase(p);
     held.erase(p);
     reassign = true;
+    // Said first, so this member's own reads go to the owner before the
+    // partition is gone here.
     publish_due = true;
+    Publish(base::SteadyMs());
     return store->DropPartition(static_cast<uint32_t>(p));
   }
 
