@@ -480,7 +480,10 @@ struct Applier::Rep : public OwnershipListener {
         publish_due = true;
         TALLY_LOG_INFO(kLog, "{}/{}: its new owner has caught up", o.deltas_topic, p);
       }
-      if (!want.count(p)) drop.push_back(p);
+      // A standby whose owner is gone (killed, not yet replaced) is what
+      // answers for the partition meanwhile: kept until a live member
+      // serves it as owner again.
+      if (!want.count(p) && o.cluster.directory->OwnerOf(p).has_value()) drop.push_back(p);
     }
     for (int32_t p : drop) TALLY_RETURN_IF_ERROR(StopApplying(p, "not owned nor a standby here"));
     // Copies left from before a restart that the group gave to others: dropped
