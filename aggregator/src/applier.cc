@@ -85,7 +85,8 @@ struct Applier::Rep : public OwnershipListener {
   int64_t last_publish_ms = 0;
   int64_t last_reconcile_ms = 0;
   uint64_t seen_directory_version = 0;
-  int64_t joined_wall_ms = 0;  // when the group first gave this member its partitions
+  int64_t joined_wall_ms = 0;
+  int64_t last_progress_log_ms = 0;  // restore progress is logged every 10 s  // when the group first gave this member its partitions
   cluster::MemberInfo last_published;
 
   Rep(ApplierOptions opts, store::StateStore* s)
@@ -560,6 +561,16 @@ struct Applier::Rep : public OwnershipListener {
     }
     if (reassign) TALLY_RETURN_IF_ERROR(AssignApplied());
     Publish(now);
+    if (now - last_progress_log_ms >= 10000) {
+      last_progress_log_ms = now;
+      for (const auto& [p, h] : held) {
+        if (h.current || h.target < 0) continue;
+        const int64_t at = owned[p]->progress().next_deltas_offset;
+        TALLY_LOG_INFO(kLog, "{}/{}: restoring as {}: offset {} of {} ({:.0f} %)", o.deltas_topic, p,
+                       h.owner ? "owner" : "standby", at, h.target,
+                       h.target > 0 ? 100.0 * static_cast<double>(at) / static_cast<double>(h.target) : 100.0);
+      }
+    }
     return Status::Ok();
   }
 
