@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,8 +85,9 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
   directory_->Publish(copy);
   if (!ready_.load() && copy.generation > 0 && copy.restoring.empty()) {
     ready_.store(true);
-    TALLY_LOG_INFO("cluster", "member {} joined the cluster: owns {} partitions, {} standby; serving",
-                   member_, copy.owns.size(), copy.standby.size());
+    TALLY_LOG_INFO("cluster",
+                   "member {} joined the cluster: owns {} partitions, {} standby; serving", member_,
+                   copy.owns.size(), copy.standby.size());
   }
 }
 
@@ -111,7 +111,8 @@ void ClusterMember::Unreachable(const std::string& member) {
   const int64_t now = base::WallMs();
   auto [it, inserted] = unreachable_.try_emplace(member, now);
   if (inserted || now - it->second > 10000) {
-    TALLY_LOG_WARN("cluster", "member {} does not answer; its partitions are read from standbys until it is "
+    TALLY_LOG_WARN("cluster",
+                   "member {} does not answer; its partitions are read from standbys until it is "
                    "heard of again or expires",
                    member);
   }
@@ -180,7 +181,9 @@ std::string ClusterMember::ClusterJson() const {
     } else {
       members.push_back(*local);
       std::sort(members.begin(), members.end(),
-                [](const cluster::MemberInfo& a, const cluster::MemberInfo& b) { return a.member < b.member; });
+                [](const cluster::MemberInfo& a, const cluster::MemberInfo& b) {
+                  return a.member < b.member;
+                });
     }
   }
   int64_t generation = 0;

@@ -31,17 +31,19 @@ int RunServe(int argc, char** argv) {
   fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
   AddHttpFlags(&fs, &http);
   std::string advertise;
-  fs.String("advertise", &advertise,
-            "with --brokers: answer as the cluster member reached at http://HOST:PORT, the address the "
-            "`tally aggregate --advertise` writing --state-dir was given (reads of partitions it does "
-            "not hold are asked of their owners)");
+  fs.String(
+      "advertise", &advertise,
+      "with --brokers: answer as the cluster member reached at http://HOST:PORT, the address the "
+      "`tally aggregate --advertise` writing --state-dir was given (reads of partitions it does "
+      "not hold are asked of their owners)");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
   const bool in_cluster = !advertise.empty();
   if (in_cluster && (f.brokers.empty() || !CheckAdvertise(advertise).ok())) {
-    return Fail(command,
-                base::Status::InvalidArgument(
-                    fmt::format("--advertise needs --brokers and must be http://HOST:PORT (is '{}')", advertise)),
-                kExitUsage);
+    return Fail(
+        command,
+        base::Status::InvalidArgument(fmt::format(
+            "--advertise needs --brokers and must be http://HOST:PORT (is '{}')", advertise)),
+        kExitUsage);
   }
   auto so = MakeServerOptions(http);
   if (!so.ok()) return Fail(command, so.status(), kExitUsage);
