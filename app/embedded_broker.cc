@@ -193,8 +193,8 @@ base::Result<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   // offers no way to turn that off; tally's own topics are made here with
   // the partition counts tally expects.
   for (std::string_view topic :
-       {base::kEventsTopic, base::kDeltasTopic, base::kDlqTopic, base::kMetaTopic}) {
-    int n = topic == base::kMetaTopic ? 1 : options.partitions;
+       {base::kEventsTopic, base::kDeltasTopic, base::kDlqTopic, base::kMetaTopic, base::kMembersTopic}) {
+    int n = topic == base::kMetaTopic || topic == base::kMembersTopic ? 1 : options.partitions;
     std::string name(topic);
     if (auto e = rd_kafka_mock_topic_create(rep->mock, name.c_str(), n, 1)) {
       return base::KafkaStatus(e, fmt::format("embedded broker: creating topic {}", topic));
@@ -217,9 +217,10 @@ base::Result<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   rep->up = true;
   TALLY_LOG_INFO(kComponent,
                  "embedded broker up: bootstrap {} (broker {}), topics {}/{}/{} with {} "
-                 "partitions, {} with 1, incarnation {}",
+                 "partitions, {} and {} with 1, incarnation {}",
                  rep->bootstrap, rep->broker_address, base::kEventsTopic, base::kDeltasTopic,
-                 base::kDlqTopic, options.partitions, base::kMetaTopic, rep->incarnation);
+                 base::kDlqTopic, options.partitions, base::kMetaTopic, base::kMembersTopic,
+                 rep->incarnation);
   return std::unique_ptr<EmbeddedBroker>(new EmbeddedBroker(std::move(rep)));
 }
 

@@ -300,8 +300,9 @@ base::Result<std::unique_ptr<store::StateDirLock>> LockStateDir(const CommonFlag
   return store::StateDirLock::Acquire(f.state_dir);
 }
 
-base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
-                                                           bool read_only) {
+base::Result<std::unique_ptr<store::StateStore>> OpenState(
+    const CommonFlags& f, uint32_t partitions, bool read_only,
+    std::optional<std::vector<uint32_t>> open_partitions) {
   store::StoreOptions o;
   o.dir = f.state_dir;
   o.partitions = partitions;
@@ -316,6 +317,7 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f,
         fmt::format("--memtable {}: expected sorted-runs or skiplist", f.memtable));
   }
   o.read_only = read_only;
+  o.open_partitions = std::move(open_partitions);
   o.side_files = BrokerRecordFiles();
   o.read_cache_bytes =
       read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;

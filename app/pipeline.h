@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,7 +168,10 @@ bool RestartPipeline(PipelineRunner* runner, base::KafkaOptions* kafka, const Co
 // Opens the state directory with `partitions` (0: as recorded). A writable
 // store honours TALLY_STORE_FAULT_FILE=PATH (fault drills and tests): every
 // RocksDB write fails while PATH exists.
-base::Result<std::unique_ptr<store::StateStore>> OpenState(const CommonFlags& f, uint32_t partitions,
-                                                           bool read_only);
+// `open_partitions`: StoreOptions::open_partitions (a cluster member opens
+// none at start: the applier opens what it is given).
+base::Result<std::unique_ptr<store::StateStore>> OpenState(
+    const CommonFlags& f, uint32_t partitions, bool read_only,
+    std::optional<std::vector<uint32_t>> open_partitions = std::nullopt);
 
 }  // namespace tally::app

@@ -59,6 +59,7 @@ void PipelineRunner::StartApplier(store::StateStore* store) {
     ao.group = options_.group;
     ao.flush_ms = options_.flush_ms;
     ao.key_budget = options_.key_budget;
+    ao.cluster = options_.cluster;
     return aggregator::Applier(ao, store_).Run(&stop_);
   });
 }

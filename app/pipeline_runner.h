@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/applier.h"
 #include "aggregator/defaults.h"
 #include "base/kafka.h"
 #include "store/state_store.h"
@@ -24,6 +25,8 @@ struct PipelineOptions {
   bool whole_topics = false;  // the router takes every input partition (RouterOptions::whole_topics)
   int flush_ms = aggregator::kDefaultFlushMs;
   size_t key_budget = aggregator::kDefaultKeyBudget;
+  // A member of a cluster (SPEC section 6): the applier joins the group.
+  aggregator::ApplierClusterOptions cluster;
   // Called on the stage's thread when a stage stops with an error; null:
   // request a process shutdown (base/shutdown.h).
   std::function<void()> on_failure;
@@ -44,6 +47,10 @@ class PipelineRunner {
   // outlive the runner).
   void StartRouter();
   void StartApplier(store::StateStore* store);
+  // Makes the applier a member of a cluster (PipelineOptions::cluster), for
+  // a caller that learns its membership after making the runner. Before
+  // the applier starts.
+  void SetCluster(aggregator::ApplierClusterOptions cluster) { options_.cluster = std::move(cluster); }
   // Stops and joins (the last window is applied). Idempotent. failed()
   // stays as it was until the next Start().
   void Stop();

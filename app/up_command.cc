@@ -15,6 +15,7 @@
 #include "base/shutdown.h"
 #include "broker_control.h"
 #include "broker_process.h"
+#include "cluster_member.h"
 #include "cli.h"
 #include "commands.h"
 #include "ingest/event_publisher.h"
@@ -58,7 +59,8 @@ int RunUp(int argc, char** argv) {
   CommonFlags f;
   HttpFlags http;
   int64_t port = 9092, flush_ms = aggregator::kDefaultFlushMs,
-          key_budget = aggregator::kDefaultKeyBudget;
+          key_budget = aggregator::kDefaultKeyBudget, standbys = 0;
+  std::string advertise;
   base::FlagSet fs(command,
                    "Runs tally on one machine: an embedded Kafka-protocol broker (unless --brokers is given), "
                    "the aggregator (router and applier) and the HTTP tier, in one process. Stops cleanly on "
@@ -79,7 +81,25 @@ int RunUp(int argc, char** argv) {
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
+  fs.String("advertise", &advertise,
+            "with --brokers: where the other members of the cluster reach this one, http://HOST:PORT "
+            "(default: the --http address, with this machine's host name for 0.0.0.0)");
+  fs.Int("standbys", &standbys,
+         "with --brokers: hot copies of each partition kept by other members, for fail-over without a "
+         "restore");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  // With --brokers this process is a member of the cluster of every process
+  // with the same --brokers and --group (SPEC section 6); without, a
+  // cluster of one on its embedded broker.
+  const bool in_cluster = !f.brokers.empty();
+  if (in_cluster && advertise.empty()) advertise = DefaultAdvertise(http.listen);
+  if (standbys < 0 || (in_cluster && !CheckAdvertise(advertise).ok())) {
+    return Fail(command,
+                base::Status::InvalidArgument(
+                    fmt::format("--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')",
+                                advertise)),
+                kExitUsage);
+  }
   auto dir_lock = LockStateDir(f);  // first: held until the state is closed
   if (!dir_lock.ok()) return Fail(command, dir_lock.status());
   InstallBrokerControlSignals();
@@ -128,7 +148,9 @@ int RunUp(int argc, char** argv) {
 
   po.input_topics = f.input_topics;
   po.group = f.group;
-  po.whole_topics = true;  // one machine routes everything: no group rebalance to wait for
+  // One machine routes everything: no group rebalance to wait for. Members
+  // of a cluster divide the input partitions through the router group.
+  po.whole_topics = !in_cluster;
   po.deltas_partitions = cluster->deltas_partitions;
   po.flush_ms = static_cast<int>(flush_ms);
   po.key_budget = static_cast<size_t>(key_budget);
@@ -143,7 +165,11 @@ int RunUp(int argc, char** argv) {
   const bool routing_early =
       aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
   if (routing_early) runner.StartRouter();
-  auto store_r = OpenState(f, cluster->deltas_partitions, false);
+  // A member opens its partitions as the group gives them (and drops those
+  // it gives away); one process alone holds them all.
+  auto store_r = OpenState(f, cluster->deltas_partitions, false,
+                           in_cluster ? std::optional<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                                      : std::nullopt);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
   if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
@@ -154,6 +180,18 @@ int RunUp(int argc, char** argv) {
   if (!connected.ok()) return Fail(command, connected.status());
   std::unique_ptr<ingest::EventPublisher> publisher = std::move(connected->publisher);
   std::unique_ptr<query::WatermarkSource> watermarks = std::move(connected->watermarks);
+
+  std::unique_ptr<ClusterMember> member;
+  if (in_cluster) {
+    ClusterMemberOptions co;
+    co.kafka = po.kafka;
+    co.group = f.group;
+    co.advertise = advertise;
+    auto m = ClusterMember::Start(co);
+    if (!m.ok()) return Fail(command, m.status());
+    member = std::move(m).value();
+    runner.SetCluster(ClusterApplierOptions(member.get(), static_cast<int>(standbys)));
+  }
 
   if (!routing_early) runner.StartRouter();
   runner.StartApplier(store.get());
@@ -231,9 +269,11 @@ int RunUp(int argc, char** argv) {
                              base::SteadyMs() + base::StopBudgetLeftMs(kDrainAtStopMs), &lag);
   }
   runner.Stop();
+  if (member) member->Leave();  // after the applier left the group
   tier->reset();
   watermarks.reset();
   publisher.reset();
+  member.reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
   if (broker && broker->Alive()) {

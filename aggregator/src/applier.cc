@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "aggregator/deltas_ownership.h"
 #include "aggregator/window_applier.h"
 #include "base/clock.h"
 #include "base/kafka_consumer.h"
@@ -24,7 +26,7 @@ namespace {
 constexpr const char* kLog = "applier";
 }  // namespace
 
-struct Applier::Rep {
+struct Applier::Rep : public OwnershipListener {
   ApplierOptions o;
   store::StateStore* store;
   base::KafkaHandle consumer;
@@ -67,6 +69,24 @@ struct Applier::Rep {
 
   RetentionGaps gaps;
 
+  // In a cluster: what each partition applied here is to this member
+  // (`owned` holds the same keys). Applier thread only.
+  struct Held {
+    bool owner = false;  // given by the group; else a standby
+    bool warm = false;   // a standby because this member gave it up, until its next owner has caught up
+    bool current = false;  // applied and committed up to the log's end as of when it came
+    int64_t target = -1;   // that end; -1 until asked
+  };
+  std::map<int32_t, Held> held;
+  std::unique_ptr<DeltasOwnership> ownership;
+  int32_t global_partition = 0;
+  bool reassign = false;  // the set applied changed: assign the consumer again
+  bool publish_due = true;
+  int64_t last_publish_ms = 0;
+  int64_t last_reconcile_ms = 0;
+  uint64_t seen_directory_version = 0;
+  cluster::MemberInfo last_published;
+
   Rep(ApplierOptions opts, store::StateStore* s)
       : o(std::move(opts)),
         store(s),
@@ -86,6 +106,7 @@ struct Applier::Rep {
         "tally_applier_duplicate_event_ids_total",
         "Deltas dropped because another record of an event with the same id was applied");
     windows_total = m.GetCounter("tally_applier_windows_total", "Partition windows committed");
+    global_partition = static_cast<int32_t>(schemas::PartitionOf(schemas::kGlobalEntity, store->partitions()));
     corrupt_total = m.GetCounter("tally_applier_corrupt_batches_total", "Undecodable tally.deltas messages skipped");
     commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
   }
@@ -301,11 +322,256 @@ struct Applier::Rep {
     }
   }
 
+
+  // ---- In a cluster (ApplierOptions::cluster) ----
+
+  // Assigns the consumer every partition applied here, each at the offset
+  // its window goes on from.
+  Status AssignApplied() {
+    reassign = false;
+    base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(static_cast<int>(std::max<size_t>(owned.size(), 1))));
+    for (const auto& [p, wa] : owned) {
+      rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), p)->offset =
+          wa->progress().next_deltas_offset;
+    }
+    return base::Assign(consumer.get(), parts.get(), "assigning the deltas partitions applied here");
+  }
+
+  // Starts applying partition p here (opening or creating its state).
+  Status StartApplying(int32_t p, bool owner) {
+    TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(p)));
+    auto wa = std::make_unique<WindowApplier>(store->partition(static_cast<uint32_t>(p)), o.deltas_topic,
+                                              store->partitions(), store->options().viewed,
+                                              store->options().dedup_hours * 3600000LL);
+    TALLY_RETURN_IF_ERROR(wa->Load());
+    TALLY_LOG_INFO(kLog, "{}/{}: applying from offset {} as {}", o.deltas_topic, p,
+                   wa->progress().next_deltas_offset, owner ? "owner" : "standby");
+    owned[p] = std::move(wa);
+    held[p] = Held{owner, false, false, -1};
+    reassign = true;
+    publish_due = true;
+    return Status::Ok();
+  }
+
+  // Stops applying p and drops its state: it is neither owned nor kept
+  // as a standby here any more.
+  Status StopApplying(int32_t p, const char* why) {
+    TALLY_RETURN_IF_ERROR(FinishCommits());  // a sealed window of p may be in flight
+    TALLY_LOG_INFO(kLog, "{}/{}: dropped at offset {} ({})", o.deltas_topic, p,
+                   owned[p]->committed_offset(), why);
+    owned.erase(p);
+    held.erase(p);
+    reassign = true;
+    publish_due = true;
+    return store->DropPartition(static_cast<uint32_t>(p));
+  }
+
+  // OwnershipListener, on this thread inside ownership->Poll()/Close().
+  // A listener cannot fail: a partition that cannot be opened ends the
+  // applier at the next loop (cluster_failure), whose restart rejoins.
+  Status cluster_failure;
+
+  void Assigned(std::vector<PartitionStart>* starts) override {
+    for (const PartitionStart& s : *starts) {
+      auto h = held.find(s.partition);
+      if (h != held.end()) {
+        h->second.owner = true;
+        h->second.warm = false;
+        TALLY_LOG_INFO(kLog, "{}/{}: owned (was a {} standby here)", o.deltas_topic, s.partition,
+                       h->second.current ? "current" : "restoring");
+        publish_due = true;
+        continue;
+      }
+      if (Status st = StartApplying(s.partition, true); !st.ok() && cluster_failure.ok()) {
+        cluster_failure = st.WithContext(fmt::format("taking over {}/{}", o.deltas_topic, s.partition));
+      }
+    }
+  }
+
+  void GiveUp(const std::vector<int32_t>& partitions, const char* how) {
+    for (int32_t p : partitions) {
+      auto h = held.find(p);
+      if (h == held.end()) continue;
+      h->second.owner = false;
+      h->second.warm = true;
+      TALLY_LOG_INFO(kLog, "{}/{}: {}; applied here as a standby until its next owner has caught up",
+                     o.deltas_topic, p, how);
+    }
+    publish_due = true;
+    Publish(base::SteadyMs());  // at once: reads of these go to the standby here meanwhile
+  }
+
+  void Revoked(const std::vector<int32_t>& partitions) override {
+    // The windows applied as owner are committed (and their derived deltas
+    // acknowledged) before the group hands the partitions on.
+    Status st = FlushAll();
+    if (st.ok()) st = FinishCommits();
+    if (!st.ok() && cluster_failure.ok()) cluster_failure = st;
+    GiveUp(partitions, "given up to another member");
+  }
+
+  void Lost(const std::vector<int32_t>& partitions) override { GiveUp(partitions, "lost (session expired)"); }
+
+  // Marks what has caught up with the end of its log as current.
+  void UpdateCurrent() {
+    for (auto& [p, h] : held) {
+      if (h.current) continue;
+      if (h.target < 0) {
+        int64_t low = 0, high = -1;
+        if (rd_kafka_query_watermark_offsets(consumer.get(), o.deltas_topic.c_str(), p, &low, &high, 2000) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR) {
+          continue;  // asked again at the next look
+        }
+        h.target = high;
+      }
+      const WindowApplier& wa = *owned[p];
+      if (wa.committed_offset() >= h.target) {
+        h.current = true;
+        publish_due = true;
+        TALLY_LOG_INFO(kLog, "{}/{}: caught up at offset {}; served here as {}", o.deltas_topic, p,
+                       wa.committed_offset(), h.owner ? "owner" : "standby");
+      }
+    }
+  }
+
+  // Which standbys this member keeps, from the directory: the global
+  // partition, and each partition whose owner is followed by this member
+  // within the next `standbys` members (in member id order, wrapping).
+  std::set<int32_t> WantedStandbys(const std::vector<cluster::MemberInfo>& members) const {
+    std::set<int32_t> want{global_partition};
+    if (o.cluster.standbys <= 0) return want;
+    std::vector<std::string> ids;
+    for (const auto& m : members) ids.push_back(m.member);
+    if (std::find(ids.begin(), ids.end(), o.cluster.member) == ids.end()) ids.push_back(o.cluster.member);
+    std::sort(ids.begin(), ids.end());
+    for (uint32_t p = 0; p < store->partitions(); p++) {
+      auto owner = o.cluster.directory->OwnerOf(static_cast<int32_t>(p));
+      if (!owner || owner->member == o.cluster.member) continue;
+      auto at = std::find(ids.begin(), ids.end(), owner->member);
+      if (at == ids.end()) continue;
+      size_t i = static_cast<size_t>(at - ids.begin());
+      for (int k = 1; k <= o.cluster.standbys && k < static_cast<int>(ids.size()); k++) {
+        if (ids[(i + k) % ids.size()] == o.cluster.member) want.insert(static_cast<int32_t>(p));
+      }
+    }
+    return want;
+  }
+
+  // Brings the standbys in line with the directory: starts the wanted ones,
+  // drops a given-up partition once another member serves it as caught-up
+  // owner, and drops standbys no longer wanted.
+  Status Reconcile() {
+    const auto members = o.cluster.directory->Snapshot();
+    const std::set<int32_t> want = WantedStandbys(members);
+    std::vector<int32_t> drop;
+    for (auto& [p, h] : held) {
+      if (h.owner) continue;
+      if (h.warm) {
+        bool served_elsewhere = false;
+        for (const auto& m : members) {
+          if (m.member != o.cluster.member && cluster::HasPartition(m.owns, p)) served_elsewhere = true;
+        }
+        if (!served_elsewhere) continue;
+        h.warm = false;
+        publish_due = true;
+        TALLY_LOG_INFO(kLog, "{}/{}: its new owner has caught up", o.deltas_topic, p);
+      }
+      if (!want.count(p)) drop.push_back(p);
+    }
+    for (int32_t p : drop) TALLY_RETURN_IF_ERROR(StopApplying(p, "not owned nor a standby here"));
+    for (int32_t p : want) {
+      if (!held.count(p)) TALLY_RETURN_IF_ERROR(StartApplying(p, false));
+    }
+    return Status::Ok();
+  }
+
+  cluster::MemberInfo Describe() const {
+    cluster::MemberInfo info;
+    info.member = o.cluster.member;
+    info.http = o.cluster.http;
+    for (const auto& [p, h] : held) {
+      if (!h.current) {
+        const WindowApplier& wa = *owned.at(p);
+        info.restoring.push_back(
+            cluster::RestoringPartition{p, wa.progress().next_deltas_offset, std::max<int64_t>(h.target, 0)});
+      } else if (h.owner) {
+        info.owns.push_back(p);
+      } else {
+        info.standby.push_back(p);
+      }
+    }
+    if (ownership) info.generation = std::max<int64_t>(ownership->Identity().generation, 0);
+    return info;
+  }
+
+  // Hands what this member is to the directory on a change, and every
+  // second while something restores (its progress).
+  void Publish(int64_t now) {
+    cluster::MemberInfo info = Describe();
+    const bool restoring = !info.restoring.empty();
+    if (!publish_due && !(restoring && now - last_publish_ms >= 1000)) return;
+    publish_due = false;
+    last_publish_ms = now;
+    if (info == last_published) return;
+    last_published = info;
+    if (o.cluster.publish) o.cluster.publish(info);
+  }
+
+  // The cluster's share of each loop: the group, what is current, the
+  // standbys, the directory, and the consumer's assignment.
+  Status ClusterStep() {
+    const int64_t now = base::SteadyMs();
+    ownership->Poll(0);
+    if (!cluster_failure.ok()) return cluster_failure;
+    if (now - last_reconcile_ms >= 200 || o.cluster.directory->Version() != seen_directory_version) {
+      last_reconcile_ms = now;
+      seen_directory_version = o.cluster.directory->Version();
+      UpdateCurrent();
+      TALLY_RETURN_IF_ERROR(Reconcile());
+    }
+    if (reassign) TALLY_RETURN_IF_ERROR(AssignApplied());
+    Publish(now);
+    return Status::Ok();
+  }
+
+  // Joins the group; the partitions come in the following ClusterStep()s.
+  Status StartCluster() {
+    auto count = base::PartitionCount(consumer.get(), o.deltas_topic, 30000);
+    if (!count.ok()) return count.status().WithContext("applier");
+    if (static_cast<uint32_t>(*count) != store->partitions()) {
+      return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}", o.deltas_topic,
+                                                    *count, store->partitions()));
+    }
+    OwnershipOptions oo;
+    oo.kafka = o.kafka;
+    oo.group = o.group;
+    oo.deltas_topic = o.deltas_topic;
+    oo.client_id = "tally-applier-group";
+    oo.fetch = false;
+    auto own = DeltasOwnership::Start(oo, this);
+    if (!own.ok()) return own.status();
+    ownership = std::move(own).value();
+    TALLY_LOG_INFO(kLog, "joining the group {}-applier as member {} ({})", o.group, o.cluster.member, o.cluster.http);
+    // The global partition is applied on every member from the start.
+    TALLY_RETURN_IF_ERROR(StartApplying(global_partition, false));
+    return AssignApplied();
+  }
+
   Status HandleMessage(const rd_kafka_message_t* m) {
     auto it = owned.find(m->partition);
     if (it == owned.end()) return Status::Ok();  // stale message of a revoked partition
+    // Fetched before the consumer was assigned again from the window's offset.
+    if (m->offset < it->second->progress().next_deltas_offset) return Status::Ok();
+    // Only the owner publishes derived deltas (a standby applies the same
+    // deltas and would publish the same ones again; their targets would
+    // drop them by mark, but they cost a produce).
+    auto* out = &derived;
+    if (o.cluster.enabled) {
+      auto h = held.find(m->partition);
+      if (h == held.end() || !h->second.owner) out = nullptr;
+    }
     Status st = it->second->ApplyBatch(
-        std::string_view(static_cast<const char*>(m->payload ? m->payload : ""), m->len), m->offset, &derived);
+        std::string_view(static_cast<const char*>(m->payload ? m->payload : ""), m->len), m->offset, out);
     if (st.code() == base::StatusCode::kCorruption) {
       corrupt_total->Inc();
       TALLY_LOG_ERROR(kLog, "skipping undecodable message: {}", st.message());
@@ -344,7 +610,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   auto consumer = base::MakeConsumer(r.o.kafka, cs);
   if (!consumer.ok()) return consumer.status();
   r.consumer = std::move(consumer).value();
-  if (auto st = r.AssignAll(); !st.ok()) {
+  if (auto st = r.o.cluster.enabled ? r.StartCluster() : r.AssignAll(); !st.ok()) {
     TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
     return st;
   }
@@ -371,6 +637,10 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   const std::string own_cluster = recorded.substr(0, recorded.find('/'));
   uint64_t cluster_reports = base::ClusterIdReports();
   while (!stop->load(std::memory_order_relaxed)) {
+    if (r.ownership) {
+      result = r.ClusterStep();
+      if (!result.ok()) break;
+    }
     base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), 5));
     if (base::ClusterIdReports() != cluster_reports) {
       cluster_reports = base::ClusterIdReports();
@@ -423,6 +693,12 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   // Always: the helper must be done with the windows before they go.
   Status last = r.FinishCommits();
   if (result.ok()) result = last;
+  if (r.ownership) {
+    // Leaves the group: Revoked() commits nothing new (the windows are
+    // written), and the partitions move to the other members at once.
+    if (auto st = r.ownership->Close(); !st.ok()) TALLY_LOG_WARN(kLog, "{}", st.ToString());
+    r.ownership.reset();
+  }
   rd_kafka_consumer_close(r.consumer.get());
   r.owned.clear();
   if (result.ok()) {

@@ -16,10 +16,12 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
   const std::string before = store->recorded_cluster();
   if (before == now) return Status::Ok();
   if (before.empty()) {
-    auto all = store->LoadAllProgress();
-    if (!all.ok()) return all.status();
+    // A cluster member holds only some partitions (at start, none): the
+    // state was never attached, so none it does not hold has been written.
+    auto held = store->LoadHeldProgress();
+    if (!held.ok()) return held.status();
     bool fresh = true;
-    for (const auto& p : *all) fresh = fresh && p.next_deltas_offset == 0 && p.marks.empty();
+    for (const auto& [i, p] : *held) fresh = fresh && p.next_deltas_offset == 0 && p.marks.empty();
     if (!fresh && !cluster.embedded && !reset_offsets) {
       return Status::FailedPrecondition(fmt::format(
           "{} holds state of an unknown cluster; refusing to attach it to {} (give --reset-offsets to "

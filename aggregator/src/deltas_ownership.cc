@@ -119,6 +119,7 @@ void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_
     auto it = std::find_if(starts.begin(), starts.end(),
                            [&](const PartitionStart& s) { return s.partition == tp.partition; });
     if (it != starts.end()) tp.offset = it->offset;
+    if (!options.fetch) tp.offset = RD_KAFKA_OFFSET_END;
   }
   if (cooperative) {
     if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, parts); error != nullptr) {
@@ -129,6 +130,11 @@ void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_
   } else if (base::Status st = base::Assign(rk, parts, "assigning the owned deltas partitions");
              !st.ok()) {
     TALLY_LOG_ERROR(kComponent, "{}", st.message());
+  }
+  if (!options.fetch) {
+    if (rd_kafka_resp_err_t err = rd_kafka_pause_partitions(rk, parts); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      TALLY_LOG_WARN(kComponent, "pausing the owned partitions: {}", rd_kafka_err2str(err));
+    }
   }
   std::lock_guard<std::mutex> lock(mu);
   for (int i = 0; i < parts->cnt; ++i) owned.insert(parts->elems[i].partition);
@@ -222,7 +228,11 @@ DeltasOwnership::~DeltasOwnership() {
 }
 
 base::KafkaMessage DeltasOwnership::Poll(int timeout_ms) {
-  return base::KafkaMessage(rd_kafka_consumer_poll(rep_->consumer.get(), timeout_ms));
+  base::KafkaMessage m(rd_kafka_consumer_poll(rep_->consumer.get(), timeout_ms));
+  // Not fetching: a message fetched before its partition was paused is
+  // dropped; the user's own consumer reads it.
+  if (m && !rep_->options.fetch && !m->err) return base::KafkaMessage(nullptr);
+  return m;
 }
 
 base::Status DeltasOwnership::Close() {

@@ -39,8 +39,8 @@ MembersDirectory::MembersDirectory(MembersDirectoryOptions options)
 
 base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
     MembersDirectoryOptions options) {
-  if (options.member.empty())
-    return base::Status::InvalidArgument("members directory: empty member id");
+  if (options.member.empty() || options.member.find('/') != std::string::npos)
+    return base::Status::InvalidArgument("members directory: empty member id, or one with '/'");
   if (options.heartbeat_ms <= 0 || options.expire_ms < 0) {
     return base::Status::InvalidArgument(
         "members directory: heartbeat_ms must be > 0, expire_ms >= 0");
@@ -148,6 +148,12 @@ void MembersDirectory::ReadOne(const rd_kafka_message_t& m) {
   }
   std::string key =
       m.key == nullptr ? std::string() : std::string(static_cast<const char*>(m.key), m.key_len);
+  // Another cluster's record (another --group sharing the topic).
+  const std::string prefix = KeyPrefix();
+  const size_t slash = key.rfind('/');
+  const std::string key_group = slash == std::string::npos ? "" : key.substr(0, slash + 1);
+  if (!key.empty() && key_group != prefix) return;
+  key = key.substr(prefix.size());
   base::Status bad;
   MemberInfo info;
   if (key.empty()) {
@@ -196,7 +202,8 @@ void MembersDirectory::PublishIfDue() {
   base::ProducerRecord r;
   r.rkt = rkt_;
   r.partition = kPartition;
-  r.key = options_.member;
+  const std::string key = KeyPrefix() + options_.member;
+  r.key = key;
   r.value = value;
   // Never wait for room: the next heartbeat writes a newer record anyway.
   base::QueueFullWait no_wait{.deadline_ms = 0, .poll = false};
@@ -270,7 +277,8 @@ base::Status MembersDirectory::Leave() {
     base::ProducerRecord r;
     r.rkt = rkt_;
     r.partition = kPartition;
-    r.key = options_.member;  // and a null value: the tombstone
+    const std::string key = KeyPrefix() + options_.member;
+    r.key = key;  // and a null value: the tombstone
     base::QueueFullWait no_wait{.deadline_ms = 0, .poll = false};
     TALLY_RETURN_IF_ERROR(producer_->Produce(
         r, no_wait, [] { return std::string("writing the tombstone to tally.members"); }));

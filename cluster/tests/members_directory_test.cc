@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <thread>
+
 #include "base/clock.h"
 #include "base/kafka.h"
 #include "base/log.h"
@@ -72,10 +75,12 @@ class MembersDirectoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<MembersDirectory> StartMember(const std::string& id, int expire_ms = kExpireMs,
-                                                std::function<void()> on_change = {}) {
+                                                std::function<void()> on_change = {},
+                                                const std::string& group = "") {
     MembersDirectoryOptions o;
     o.kafka = kafka_;
     o.member = id;
+    o.group = group;
     o.heartbeat_ms = kHeartbeatMs;
     o.expire_ms = expire_ms;
     o.leave_timeout_ms = 2000;
@@ -136,6 +141,36 @@ TEST_F(MembersDirectoryTest, ThreeMembersSeeEachOther) {
   ASSERT_EQ(standbys.size(), 1u);
   EXPECT_EQ(standbys[0].member, "c");
   EXPECT_TRUE(a->CurrentStandbysOf(1).empty());
+}
+
+// Clusters of two groups share the topic without seeing each other, even
+// with the same member ids.
+TEST_F(MembersDirectoryTest, GroupsSharingTheTopicAreApart) {
+  CreateTopic();
+  auto a = StartMember("a", kExpireMs, {}, "g1");
+  auto b = StartMember("b", kExpireMs, {}, "g1");
+  auto other_a = StartMember("a", kExpireMs, {}, "g2");
+  auto plain = StartMember("c");
+  ASSERT_TRUE(a && b && other_a && plain);
+  a->Publish(Info({0}, 1));
+  b->Publish(Info({1}, 1));
+  other_a->Publish(Info({0, 1}, 7));
+  plain->Publish(Info({2}, 1));
+  ASSERT_TRUE(b->WaitFor([](const auto& live) { return Has(live, "a") && Has(live, "b"); }, kSeeMs));
+  ASSERT_TRUE(other_a->WaitFor([](const auto& live) { return Has(live, "a"); }, kSeeMs));
+  ASSERT_TRUE(plain->WaitFor([](const auto& live) { return Has(live, "c"); }, kSeeMs));
+  // Everything is written by now; give the readers a moment more.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(b->Snapshot().size(), 2u);
+  EXPECT_EQ(OwnerName(*b, 1), "b");  // not g2's "a", whose generation is higher
+  ASSERT_EQ(other_a->Snapshot().size(), 1u);
+  EXPECT_EQ(other_a->Snapshot()[0].owns, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(plain->Snapshot().size(), 1u);
+  EXPECT_EQ(plain->Snapshot()[0].member, "c");
+  EXPECT_EQ(a->MalformedRecords() + plain->MalformedRecords(), 0u);
+  // A clean leave removes the member from its own group only.
+  ASSERT_TRUE(other_a->Leave().ok());
+  ASSERT_FALSE(b->WaitFor([](const auto& live) { return !Has(live, "a"); }, 1000));
 }
 
 TEST_F(MembersDirectoryTest, AChangeIsSeenByTheOthers) {

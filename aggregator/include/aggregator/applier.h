@@ -2,10 +2,28 @@
 // coalesces each partition's deltas over a flush window and commits every
 // window to that partition's RocksDB with its offsets (window_applier.h).
 //
-// The applier takes every partition of the state itself (no consumer group:
-// the state directory holds all partitions and the HTTP tier answers from
-// it) and starts each at the next offset stored in RocksDB. Two processes
-// over two state directories are two complete replicas.
+// Alone (the default), the applier takes every partition of the state
+// itself (no consumer group: the state directory holds all partitions and
+// the HTTP tier answers from it) and starts each at the next offset stored
+// in RocksDB. Two processes over two state directories are two complete
+// replicas.
+//
+// In a cluster (ApplierOptions::cluster, SPEC section 6, docs/cluster.md)
+// the group "<group>-applier" decides which partitions this member owns
+// (DeltasOwnership, cooperative); the applier reads every partition it
+// applies with its own consumer and applies some without owning them:
+//   - owned: applied and their derived deltas published; served once the
+//     state has caught up with the log's end as of the assignment
+//     ("restoring" until then);
+//   - standby: applied without publishing derived deltas: the partition of
+//     kGlobalEntity on every member (notices, red dots), the next
+//     `standbys` members' copies of each owned partition (in member order
+//     after the owner), and a partition this member gave up, until its new
+//     owner says in the directory that it has caught up (warm-up: reads go
+//     to the old owner meanwhile).
+// A partition it stops applying is dropped from the store. What it holds,
+// serves and restores is handed to ClusterOptions::publish (for the members
+// directory) on every change and at least every second while restoring.
 // Thread model: Run() occupies the calling thread.
 #pragma once
 
@@ -14,12 +32,28 @@
 #include <memory>
 #include <string>
 
+#include <functional>
+
 #include "aggregator/defaults.h"
+#include "cluster/member_info.h"
+#include "cluster/members_directory.h"
 #include "base/kafka.h"
 #include "base/status.h"
 #include "store/state_store.h"
 
 namespace tally::aggregator {
+
+struct ApplierClusterOptions {
+  bool enabled = false;
+  // Required when enabled; must outlive the applier. Read for who owns what.
+  const cluster::MembersDirectory* directory = nullptr;
+  std::string member;  // this member's id in the directory
+  std::string http;    // where the other members reach it
+  int standbys = 0;    // hot copies of each partition kept by the members after its owner
+  // Called on the applier thread with what this member says about itself
+  // now (MemberInfo::member and ts_ms left for the directory to fill).
+  std::function<void(const cluster::MemberInfo&)> publish;
+};
 
 struct ApplierOptions {
   base::KafkaOptions kafka;
@@ -28,11 +62,13 @@ struct ApplierOptions {
   std::string deltas_topic = std::string(base::kDeltasTopic);
   int flush_ms = kDefaultFlushMs;  // window length once caught up (a backlog stretches it to 10x)
   size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys
+  ApplierClusterOptions cluster;
 };
 
 class Applier {
  public:
-  // `store` must outlive the applier and have one partition per deltas partition.
+  // `store` must outlive the applier and have one partition per deltas
+  // partition; in a cluster it holds (or comes to hold) only what is applied.
   Applier(ApplierOptions options, store::StateStore* store);
   ~Applier();
 

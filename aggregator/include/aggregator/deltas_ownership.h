@@ -95,6 +95,13 @@ struct OwnershipOptions {
   std::string deltas_topic = std::string(base::kDeltasTopic);
   std::string client_id;    // client.id; empty: librdkafka's
   std::string instance_id;  // group.instance.id; empty: dynamic membership
+  // False: the group only decides who owns what, and the user reads the
+  // deltas with a consumer of its own (the applier, which also applies
+  // partitions it does not own: standbys, the global partition, a
+  // partition it gave up until its next owner has caught up). The owned
+  // partitions are then assigned paused at the log's end, so this consumer
+  // fetches nothing, and Poll() returns no messages (only serves the group).
+  bool fetch = true;
 };
 
 // Where Assigned() wants a partition read from.

@@ -63,7 +63,11 @@ namespace tally::cluster {
 
 struct MembersDirectoryOptions {
   base::KafkaOptions kafka;
-  std::string member;  // this member's id: the key of its records; not empty
+  std::string member;  // this member's id; not empty, without '/'
+  // The cluster (tally's --group) this member belongs to: clusters of
+  // several groups may share the topic. A record's key is "<group>/<member>"
+  // ("<member>" for the empty group); records of other groups are skipped.
+  std::string group;
   int heartbeat_ms = 2000;
   // A record older than this is not live; 0: 3 x heartbeat_ms.
   int expire_ms = 0;
@@ -159,6 +163,8 @@ class MembersDirectory {
   void PublishIfDue();
   void ExpireIfDue();
   void Changed();
+  // "<group>/", or "" for the empty group.
+  std::string KeyPrefix() const { return options_.group.empty() ? "" : options_.group + "/"; }
   bool LiveLocked(const Entry& e, int64_t now_ms) const;
   std::vector<MemberInfo> LiveLocked(int64_t now_ms) const;
 

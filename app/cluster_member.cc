@@ -1,0 +1,180 @@
+#include "cluster_member.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "base/log.h"
+
+namespace tally::app {
+
+std::string MemberIdOf(const std::string& advertise) {
+  std::string id = advertise;
+  if (id.rfind("http://", 0) == 0) id = id.substr(7);
+  while (!id.empty() && id.back() == '/') id.pop_back();
+  return id;
+}
+
+base::Status CheckAdvertise(const std::string& advertise) {
+  const std::string id = MemberIdOf(advertise);
+  const size_t colon = id.rfind(':');
+  if (advertise.rfind("http://", 0) != 0 || colon == std::string::npos || colon == 0 ||
+      colon + 1 == id.size() || id.find('/') != std::string::npos ||
+      id.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+    return base::Status::InvalidArgument(
+        fmt::format("--advertise {}: expected http://HOST:PORT", advertise));
+  }
+  return base::Status::Ok();
+}
+
+std::string DefaultAdvertise(const std::string& listen) {
+  std::string host = listen, port;
+  if (size_t colon = listen.rfind(':'); colon != std::string::npos) {
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+    char name[256] = {0};
+    host = gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "127.0.0.1";
+  }
+  return fmt::format("http://{}:{}", host, port);
+}
+
+aggregator::ApplierClusterOptions ClusterApplierOptions(ClusterMember* member, int standbys) {
+  aggregator::ApplierClusterOptions c;
+  c.enabled = true;
+  c.directory = member->directory();
+  c.member = member->member();
+  c.http = member->advertise();
+  c.standbys = standbys;
+  c.publish = [member](const cluster::MemberInfo& info) { member->Publish(info); };
+  return c;
+}
+
+ClusterMember::ClusterMember(ClusterMemberOptions options)
+    : options_(std::move(options)), member_(MemberIdOf(options_.advertise)) {}
+
+ClusterMember::~ClusterMember() = default;
+
+base::Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(ClusterMemberOptions options) {
+  TALLY_RETURN_IF_ERROR(CheckAdvertise(options.advertise));
+  std::unique_ptr<ClusterMember> m(new ClusterMember(std::move(options)));
+  cluster::MembersDirectoryOptions d;
+  d.kafka = m->options_.kafka;
+  d.member = m->member_;
+  d.group = m->options_.group;
+  auto dir = cluster::MembersDirectory::Start(d);
+  if (!dir.ok()) return dir.status();
+  m->directory_ = std::move(dir).value();
+  TALLY_LOG_INFO("cluster", "member {} of group {}, reached at {}", m->member_, m->options_.group,
+                 m->options_.advertise);
+  return m;
+}
+
+void ClusterMember::Publish(const cluster::MemberInfo& info) {
+  cluster::MemberInfo copy = info;
+  copy.member = member_;
+  copy.http = options_.advertise;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    local_ = copy;
+  }
+  directory_->Publish(copy);
+}
+
+void ClusterMember::Leave() {
+  if (auto st = directory_->Leave(); !st.ok()) TALLY_LOG_WARN("cluster", "{}", st.ToString());
+}
+
+std::optional<cluster::MemberInfo> ClusterMember::Local() const {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (local_) return local_;
+  }
+  for (auto& m : directory_->Snapshot()) {
+    if (m.member == member_) return m;
+  }
+  return std::nullopt;
+}
+
+query::PartitionHome ClusterMember::Home(uint32_t partition) const {
+  using Where = query::PartitionHome::Where;
+  const auto p = static_cast<int32_t>(partition);
+  if (auto local = Local(); local && (cluster::HasPartition(local->owns, p) ||
+                                      cluster::HasPartition(local->standby, p))) {
+    return {Where::kHere, member_, options_.advertise};
+  }
+  if (auto owner = directory_->OwnerOf(p); owner && owner->member != member_) {
+    return {Where::kPeer, owner->member, owner->http};
+  }
+  for (auto& s : directory_->CurrentStandbysOf(p)) {
+    if (s.member != member_) return {Where::kPeer, s.member, s.http};
+  }
+  return {Where::kNowhere, "", ""};
+}
+
+std::vector<std::pair<std::string, std::string>> ClusterMember::Peers() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& m : directory_->Snapshot()) {
+    if (m.member != member_) out.emplace_back(m.member, m.http);
+  }
+  return out;
+}
+
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ClusterMember::ClusterJson() const {
+  std::vector<cluster::MemberInfo> members = directory_->Snapshot();
+  if (auto local = Local()) {
+    auto it = std::find_if(members.begin(), members.end(),
+                           [&](const cluster::MemberInfo& m) { return m.member == member_; });
+    if (it != members.end()) {
+      *it = *local;
+    } else {
+      members.push_back(*local);
+      std::sort(members.begin(), members.end(),
+                [](const cluster::MemberInfo& a, const cluster::MemberInfo& b) { return a.member < b.member; });
+    }
+  }
+  int64_t generation = 0;
+  for (const auto& m : members) generation = std::max(generation, m.generation);
+  std::string out = fmt::format(R"({{"group":"{}-applier","generation":{},"members":[)",
+                                Escape(options_.group), generation);
+  for (size_t i = 0; i < members.size(); i++) {
+    const auto& m = members[i];
+    if (i) out += ',';
+    out += fmt::format(R"({{"member":"{}","http":"{}","owns":[{}],"standby":[{}],"restoring":[)",
+                       Escape(m.member), Escape(m.http), fmt::join(m.owns, ","),
+                       fmt::join(m.standby, ","));
+    for (size_t j = 0; j < m.restoring.size(); j++) {
+      const auto& r = m.restoring[j];
+      out += fmt::format(R"({}{{"partition":{},"offset":{},"end_offset":{}}})", j ? "," : "",
+                         r.partition, r.offset, r.end_offset);
+    }
+    out += "]}";
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace tally::app

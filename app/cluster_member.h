@@ -1,0 +1,85 @@
+// ClusterMember: this process as a member of a tally cluster (SPEC section
+// 6): its entry in the members directory, and the query tier's view of who
+// answers what (query::ClusterRouting).
+//
+// The applier says what this member holds (Publish, on its thread); the
+// members directory (cluster/members_directory.h) says what the others
+// hold. Reads of a partition are answered here while this member holds it
+// current (owned and caught up, or a current standby), else by its owner,
+// else by a current standby elsewhere, else nowhere (503 partition_moving).
+// A member with no applier (`tally serve` beside `tally aggregate`) takes
+// what it holds from the directory's record of its member id.
+//
+// Thread model: every method is safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aggregator/applier.h"
+#include "base/kafka.h"
+#include "base/status.h"
+#include "cluster/member_info.h"
+#include "cluster/members_directory.h"
+#include "query/cluster_routing.h"
+
+namespace tally::app {
+
+struct ClusterMemberOptions {
+  base::KafkaOptions kafka;
+  std::string group;      // --group (GET /v1/cluster shows "<group>-applier")
+  std::string advertise;  // http://HOST:PORT; the member id is HOST:PORT
+};
+
+// The member id of an advertised address: "http://h:p/" -> "h:p".
+std::string MemberIdOf(const std::string& advertise);
+// Checks --advertise: http://HOST:PORT. InvalidArgument otherwise.
+base::Status CheckAdvertise(const std::string& advertise);
+// The default --advertise for an HTTP tier listening on `listen`
+// (HOST:PORT): http://listen, with this machine's host name for a
+// wildcard host (0.0.0.0, ::, empty).
+std::string DefaultAdvertise(const std::string& listen);
+
+class ClusterMember : public query::ClusterRouting {
+ public:
+  // Starts the directory (reading tally.members). The errors of
+  // MembersDirectory::Start.
+  static base::Result<std::unique_ptr<ClusterMember>> Start(ClusterMemberOptions options);
+  ~ClusterMember() override;
+
+  // What this member's applier says it holds; published to the directory.
+  void Publish(const cluster::MemberInfo& info);
+  // Leaves the directory cleanly (a tombstone), after the applier stopped.
+  void Leave();
+
+  const cluster::MembersDirectory* directory() const { return directory_.get(); }
+  const std::string& member() const { return member_; }
+  const std::string& advertise() const { return options_.advertise; }
+
+  // query::ClusterRouting
+  std::string Self() const override { return member_; }
+  query::PartitionHome Home(uint32_t partition) const override;
+  std::string ClusterJson() const override;
+  std::vector<std::pair<std::string, std::string>> Peers() const override;
+
+ private:
+  explicit ClusterMember(ClusterMemberOptions options);
+  // What this member holds: as published here, else its directory record.
+  std::optional<cluster::MemberInfo> Local() const;
+
+  const ClusterMemberOptions options_;
+  const std::string member_;
+  std::unique_ptr<cluster::MembersDirectory> directory_;
+  mutable std::mutex mu_;
+  std::optional<cluster::MemberInfo> local_;  // guarded by mu_
+};
+
+// The applier's cluster options for `member` (which must outlive the
+// applier): it reads the directory and publishes through the member.
+aggregator::ApplierClusterOptions ClusterApplierOptions(ClusterMember* member, int standbys);
+
+}  // namespace tally::app
