@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "cli.h"
+#include "cluster_member.h"
 #include "commands.h"
 #include "pipeline.h"
 #include "pipeline_runner.h"
@@ -18,7 +19,9 @@ int RunAggregate(int argc, char** argv) {
   CommonFlags f;
   f.brokers = "127.0.0.1:9092";
   std::string role = "both";
-  int64_t flush_ms = aggregator::kDefaultFlushMs, key_budget = aggregator::kDefaultKeyBudget;
+  int64_t flush_ms = aggregator::kDefaultFlushMs, key_budget = aggregator::kDefaultKeyBudget,
+          standbys = 0;
+  std::string advertise;
   base::FlagSet fs(command,
                    "Runs the aggregator against --brokers: the router (input topics -> tally.deltas, invalid "
                    "records -> tally.dlq) and/or the applier (tally.deltas -> the state in --state-dir).");
@@ -31,7 +34,22 @@ int RunAggregate(int argc, char** argv) {
   fs.Int("partitions", &f.partitions, "partitions of tally's topics when creating them on a real cluster");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
+  fs.String("advertise", &advertise,
+            "join the cluster of --group as a member reached at http://HOST:PORT (the `tally serve "
+            "--advertise` beside this process); without it the applier applies every partition");
+  fs.Int("standbys", &standbys,
+         "with --advertise: hot copies of each partition kept by other members, for fail-over "
+         "without a restore");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  // With --advertise the applier is a member of the cluster (SPEC section
+  // 6); its `tally serve` answers for it.
+  const bool in_cluster = !advertise.empty() && role != "router";
+  if (standbys < 0 || (!advertise.empty() && !CheckAdvertise(advertise).ok())) {
+    return Fail(command,
+                base::Status::InvalidArgument(fmt::format(
+                    "--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')", advertise)),
+                kExitUsage);
+  }
   if (role != "router" && role != "applier" && role != "both") {
     return Fail(command, base::Status::InvalidArgument("--role must be router, applier or both"), kExitUsage);
   }
@@ -51,7 +69,9 @@ int RunAggregate(int argc, char** argv) {
   if (auto st = base::KafkaHealth::Global().StartProbe(po.kafka); !st.ok()) return Fail(command, st);
   std::unique_ptr<store::StateStore> store;
   if (role != "router") {
-    auto s = OpenState(f, cluster->deltas_partitions, false);
+    auto s = OpenState(f, cluster->deltas_partitions, false,
+                       in_cluster ? std::optional<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                                  : std::nullopt);
     if (!s.ok()) return Fail(command, s.status());
     store = std::move(s).value();
     if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
@@ -67,6 +87,17 @@ int RunAggregate(int argc, char** argv) {
   po.key_budget = static_cast<size_t>(key_budget);
   std::atomic<bool> stage_failed{false};
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
+  std::unique_ptr<ClusterMember> member;
+  if (in_cluster) {
+    ClusterMemberOptions co;
+    co.kafka = po.kafka;
+    co.group = f.group;
+    co.advertise = advertise;
+    auto m = ClusterMember::Start(co);
+    if (!m.ok()) return Fail(command, m.status());
+    member = std::move(m).value();
+    po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
+  }
   PipelineRunner runner(po, store.get());
   runner.Start();
   // A stage that fails is started again (RestartPipeline): on a replaced
@@ -83,6 +114,7 @@ int RunAggregate(int argc, char** argv) {
   }
   TALLY_LOG_INFO("aggregate", "stopping");
   runner.Stop();
+  if (member) member->Leave();  // after the applier left the group
   failed = failed || runner.failed();
   store.reset();
   base::KafkaHealth::Global().StopProbe();

@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "cli.h"
+#include "cluster_member.h"
 #include "commands.h"
 #include "ingest/event_publisher.h"
 #include "pipeline.h"
@@ -29,7 +30,19 @@ int RunServe(int argc, char** argv) {
   fs.String("state-dir", &f.state_dir, "state directory to serve");
   fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
   AddHttpFlags(&fs, &http);
+  std::string advertise;
+  fs.String("advertise", &advertise,
+            "with --brokers: answer as the cluster member reached at http://HOST:PORT, the address the "
+            "`tally aggregate --advertise` writing --state-dir was given (reads of partitions it does "
+            "not hold are asked of their owners)");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
+  const bool in_cluster = !advertise.empty();
+  if (in_cluster && (f.brokers.empty() || !CheckAdvertise(advertise).ok())) {
+    return Fail(command,
+                base::Status::InvalidArgument(
+                    fmt::format("--advertise needs --brokers and must be http://HOST:PORT (is '{}')", advertise)),
+                kExitUsage);
+  }
   auto so = MakeServerOptions(http);
   if (!so.ok()) return Fail(command, so.status(), kExitUsage);
   base::KafkaOptions kafka;
@@ -37,7 +50,16 @@ int RunServe(int argc, char** argv) {
   auto token = ResolveAuthToken(f);
   if (!token.ok()) return Fail(command, token.status(), kExitUsage);
 
-  auto store_r = OpenState(f, 0, /*read_only=*/true);
+  // A member's writer holds some partitions, which change: follow its set
+  // (HELD) among all of them.
+  std::optional<std::vector<uint32_t>> open_partitions;
+  if (in_cluster) {
+    auto probe = OpenState(f, 0, /*read_only=*/true, std::vector<uint32_t>{});
+    if (!probe.ok()) return Fail(command, probe.status());
+    open_partitions.emplace();
+    for (uint32_t p = 0; p < (*probe)->partitions(); p++) open_partitions->push_back(p);
+  }
+  auto store_r = OpenState(f, 0, /*read_only=*/true, open_partitions);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
 
@@ -51,6 +73,17 @@ int RunServe(int argc, char** argv) {
     if (!connected.ok()) return Fail(command, connected.status());
     publisher = std::move(connected->publisher);
     watermarks = std::move(connected->watermarks);
+  }
+
+  std::unique_ptr<ClusterMember> member;
+  if (in_cluster) {
+    ClusterMemberOptions co;
+    co.kafka = kafka;
+    co.group = f.group;
+    co.advertise = advertise;
+    auto m = ClusterMember::Start(co);
+    if (!m.ok()) return Fail(command, m.status());
+    member = std::move(m).value();
   }
 
   query::QueryServiceOptions qo;

@@ -136,17 +136,21 @@ TEST_F(KafkaSettingsTest, EveryClientOfEveryCommandGetsTheKafkaSettings) {
   // produce: its producer.
   EXPECT_EQ(Run({"produce", "--gen", "50"}, 1, true), (std::set<std::string>{"rdkafka#producer"}));
 
-  // up: cluster probe (rdkafka#consumer), admin, publisher
-  // (rdkafka#producer), watermarks, router and applier producers and
-  // consumers, and the Kafka health probe (tally-probe).
+  // up --brokers (a cluster member): cluster probe (rdkafka#consumer),
+  // admin, publisher (rdkafka#producer), watermarks, router and applier
+  // producers and consumers, the applier group's member, the members
+  // directory's producer and consumer, and the Kafka health probe
+  // (tally-probe).
   const std::string state = dir_ + "/state";
   auto up = Run({"up", "--state-dir", state, "--partitions", "2", "--http",
                  "127.0.0.1:" + std::to_string(FreePort())},
-                9, false);
+                12, false);
   EXPECT_EQ(up, (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "tally-probe#producer",
                                        "rdkafka#producer", "tally-watermarks#consumer",
                                        "tally-router#producer", "tally-router#consumer",
-                                       "tally-applier#producer", "tally-applier#consumer"}));
+                                       "tally-applier#producer", "tally-applier#consumer",
+                                       "tally-applier-group#consumer", "tally-members#producer",
+                                       "tally-members#consumer"}));
 
   // aggregate: probe, admin, router and applier producers and consumers, health probe.
   EXPECT_EQ(Run({"aggregate", "--state-dir", dir_ + "/state-agg", "--partitions", "2"}, 7, false),

@@ -310,12 +310,23 @@ Status EnsureTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, int 
       return Status::InvalidArgument(fmt::format("topic {}: {}", t, err));
     }
     // Readers keep the latest record per member; compaction keeps the log
-    // as short as the member list.
+    // as short as the member list. tally.deltas is what a member that takes
+    // a partition over without a copy restores it from (SPEC section 6):
+    // kept for ever, whatever the broker's default retention.
+    const char* key = nullptr;
+    const char* value = nullptr;
     if (t == kMembersTopic) {
-      if (auto e = rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact")) {
+      key = "cleanup.policy";
+      value = "compact";
+    } else if (t == kDeltasTopic) {
+      key = "retention.ms";
+      value = "-1";
+    }
+    if (key != nullptr) {
+      if (auto e = rd_kafka_NewTopic_set_config(nt, key, value)) {
         rd_kafka_NewTopic_destroy(nt);
         for (auto* x : news) rd_kafka_NewTopic_destroy(x);
-        return KafkaStatus(e, fmt::format("topic {}: cleanup.policy", t));
+        return KafkaStatus(e, fmt::format("topic {}: {}", t, key));
       }
     }
     news.push_back(nt);

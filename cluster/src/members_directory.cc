@@ -51,7 +51,7 @@ base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
   const std::string topic(base::kMembersTopic);
 
   base::ProducerSettings ps;
-  ps.client_id = "tally-members-" + o.member;
+  ps.client_id = "tally-members";
   ps.linger_ms = 0;  // a record at a time, every few seconds: nothing to batch
   if (!o.kafka.embedded) {
     // A producer's metadata request for a missing topic has Kafka create it
@@ -85,7 +85,7 @@ base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
 
   base::ConsumerSettings cs;
   cs.group = kReaderGroup;
-  cs.client_id = "tally-members-" + o.member;
+  cs.client_id = "tally-members";
   cs.store_offsets = false;
   cs.partition_eof = true;  // tells when the records at start are all read
   // Reading from the start again is always right here: it only re-reads

@@ -138,7 +138,8 @@ void DestroyInBackground(KafkaHandle rk, int flags);
 int AwaitBackgroundDestroys(int timeout_ms);
 
 // Creates each of `topics` that does not exist yet with `partitions`
-// partitions (tally.meta and tally.members: 1; tally.members compacted) and
+// partitions (tally.meta and tally.members: 1; tally.members compacted;
+// tally.deltas with unlimited retention, retention.ms=-1) and
 // the given replication factor (-1: broker default), through the admin API.
 // Existing topics are left as they are. For real clusters;
 // the embedded broker creates its topics itself.
