@@ -69,8 +69,12 @@ int RunAggregate(int argc, char** argv) {
   if (auto st = base::KafkaHealth::Global().StartProbe(po.kafka); !st.ok()) return Fail(command, st);
   std::unique_ptr<store::StateStore> store;
   if (role != "router") {
+    // What it held when it stopped: checked for damage now, resumed if
+    // given again (see tally up).
+    auto held_before = store::StateStore::PeekHeldPartitions(f.state_dir);
+    if (!held_before.ok()) return Fail(command, held_before.status());
     auto s = OpenState(f, cluster->deltas_partitions, false,
-                       in_cluster ? std::optional<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                       in_cluster ? std::optional<std::vector<uint32_t>>(*held_before)
                                   : std::nullopt);
     if (!s.ok()) return Fail(command, s.status());
     store = std::move(s).value();

@@ -83,6 +83,11 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
     local_ = copy;
   }
   directory_->Publish(copy);
+  if (!ready_.load() && copy.generation > 0 && copy.restoring.empty()) {
+    ready_.store(true);
+    TALLY_LOG_INFO("cluster", "member {} joined the cluster: owns {} partitions, {} standby; serving",
+                   member_, copy.owns.size(), copy.standby.size());
+  }
 }
 
 void ClusterMember::Leave() {

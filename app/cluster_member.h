@@ -13,6 +13,7 @@
 // Thread model: every method is safe for concurrent use.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +56,11 @@ class ClusterMember : public query::ClusterRouting {
   void Publish(const cluster::MemberInfo& info);
   // Leaves the directory cleanly (a tombstone), after the applier stopped.
   void Leave();
+  // True once the applier has been given its first partitions by the group
+  // (possibly none) and has nothing left to restore: until then the HTTP
+  // tier of a starting member is not ready (its router joins its group at
+  // the same time). Stays true.
+  bool Ready() const { return ready_.load(std::memory_order_relaxed); }
 
   const cluster::MembersDirectory* directory() const { return directory_.get(); }
   const std::string& member() const { return member_; }
@@ -76,6 +82,7 @@ class ClusterMember : public query::ClusterRouting {
   std::unique_ptr<cluster::MembersDirectory> directory_;
   mutable std::mutex mu_;
   std::optional<cluster::MemberInfo> local_;  // guarded by mu_
+  std::atomic<bool> ready_{false};
 };
 
 // The applier's cluster options for `member` (which must outlive the

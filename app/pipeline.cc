@@ -188,6 +188,7 @@ base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, cons
   service.info.brokers = f.brokers;
   service.info.input_topics = f.input_topics;
   service.info.state_dir = f.state_dir;
+  service.info.group = f.group;  // GET /v1/cluster of a single process
   service.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
   if (ingest::EventPublisher* p = service.publisher; p != nullptr) {
     server.abort_waits = [p] { p->Abort(); };

@@ -166,9 +166,14 @@ int RunUp(int argc, char** argv) {
       aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
   if (routing_early) runner.StartRouter();
   // A member opens its partitions as the group gives them (and drops those
-  // it gives away); one process alone holds them all.
+  // it gives away); one process alone holds them all. At start a member
+  // opens what it held when it stopped, which checks them for damage, and
+  // resumes them if it is given them again (the others are dropped once
+  // the group has settled).
+  auto held_before = store::StateStore::PeekHeldPartitions(f.state_dir);
+  if (!held_before.ok()) return Fail(command, held_before.status());
   auto store_r = OpenState(f, cluster->deltas_partitions, false,
-                           in_cluster ? std::optional<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                           in_cluster ? std::optional<std::vector<uint32_t>>(*held_before)
                                       : std::nullopt);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
@@ -204,7 +209,9 @@ int RunUp(int argc, char** argv) {
   qo.auth_token = *token;
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
-  qo.ready = [&runner, &stage_failed] { return runner.running() || stage_failed.load(); };
+  qo.ready = [&runner, &stage_failed, &member] {
+    return (runner.running() || stage_failed.load()) && (!member || member->Ready());
+  };
   qo.kafka_problem = [&stage_failed]() -> std::string {
     if (stage_failed.load())
       return "the pipeline stopped after an error and is being started again (see the log)";

@@ -85,6 +85,7 @@ struct Applier::Rep : public OwnershipListener {
   int64_t last_publish_ms = 0;
   int64_t last_reconcile_ms = 0;
   uint64_t seen_directory_version = 0;
+  int64_t joined_wall_ms = 0;  // when the group first gave this member its partitions
   cluster::MemberInfo last_published;
 
   Rep(ApplierOptions opts, store::StateStore* s)
@@ -479,6 +480,28 @@ struct Applier::Rep : public OwnershipListener {
       if (!want.count(p)) drop.push_back(p);
     }
     for (int32_t p : drop) TALLY_RETURN_IF_ERROR(StopApplying(p, "not owned nor a standby here"));
+    // Copies left from before a restart that the group gave to others: dropped
+    // once another member serves them (until then this member may get them back).
+    // Not before this member has had its first assignment, and only for a
+    // claim written since (a heartbeat of a live owner): a restarted
+    // member's old record, or a killed predecessor's, may still claim them
+    // while the group has not handed them on yet.
+    if (joined_wall_ms == 0 && ownership && ownership->Identity().generation > 0) {
+      joined_wall_ms = base::WallMs();
+    }
+    for (uint32_t p : joined_wall_ms ? store->HeldPartitions() : std::vector<uint32_t>{}) {
+      if (held.count(static_cast<int32_t>(p))) continue;
+      for (const auto& m : members) {
+        if (m.member == o.cluster.member || m.ts_ms <= joined_wall_ms ||
+            !cluster::HasPartition(m.owns, static_cast<int32_t>(p))) {
+          continue;
+        }
+        TALLY_LOG_INFO(kLog, "{}/{}: dropping the copy left from before ({} owns it)", o.deltas_topic, p,
+                       m.member);
+        TALLY_RETURN_IF_ERROR(store->DropPartition(p));
+        break;
+      }
+    }
     for (int32_t p : want) {
       if (!held.count(p)) TALLY_RETURN_IF_ERROR(StartApplying(p, false));
     }
@@ -562,16 +585,18 @@ struct Applier::Rep : public OwnershipListener {
     if (it == owned.end()) return Status::Ok();  // stale message of a revoked partition
     // Fetched before the consumer was assigned again from the window's offset.
     if (m->offset < it->second->progress().next_deltas_offset) return Status::Ok();
-    // Only the owner publishes derived deltas (a standby applies the same
-    // deltas and would publish the same ones again; their targets would
-    // drop them by mark, but they cost a produce).
-    auto* out = &derived;
-    if (o.cluster.enabled) {
-      auto h = held.find(m->partition);
-      if (h == held.end() || !h->second.owner) out = nullptr;
-    }
+    // Every member applying a partition publishes its derived deltas, the
+    // standbys too: a derived delta is the same whoever derives it (same
+    // source offset, same effect index, from the same state), so the
+    // target applies the first copy and drops the others by mark. What
+    // makes that exact is that each publisher's stream has no holes: it
+    // starts where its own state starts, and everything before was
+    // published (and acknowledged) before that state was committed. A
+    // standby that derived nothing would break that when it takes over
+    // from an owner that crashed before publishing its last window's
+    // derived deltas: those would never be published.
     Status st = it->second->ApplyBatch(
-        std::string_view(static_cast<const char*>(m->payload ? m->payload : ""), m->len), m->offset, out);
+        std::string_view(static_cast<const char*>(m->payload ? m->payload : ""), m->len), m->offset, &derived);
     if (st.code() == base::StatusCode::kCorruption) {
       corrupt_total->Inc();
       TALLY_LOG_ERROR(kLog, "skipping undecodable message: {}", st.message());

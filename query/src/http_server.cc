@@ -21,6 +21,7 @@
 #include "base/metrics.h"
 #include "base/shutdown.h"
 #include "http_wire.h"
+#include "query/cluster_routing.h"
 #include "query/query_service.h"
 #include "rate_limiter.h"
 #include "routes.h"
@@ -65,6 +66,13 @@ internal::ClientKey ClientOf(const asio::ip::tcp::endpoint& peer) {
 // The Authorization header, borrowed from the request; empty if absent.
 std::string_view Authorization(const restinio::http_request_header_t& header) {
   auto v = header.opt_value_of(restinio::http_field::authorization);
+  return v ? std::string_view(v->data(), v->size()) : std::string_view{};
+}
+
+// The X-Tally-Forwarded header (a request another member sent), borrowed
+// from the request; empty if absent.
+std::string_view Forwarded(const restinio::http_request_header_t& header) {
+  auto v = header.opt_value_of(std::string_view(kForwardedHeader));
   return v ? std::string_view(v->data(), v->size()) : std::string_view{};
 }
 
@@ -118,6 +126,9 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
     if (response.retry_after_s > 0) {
       builder.append_header(restinio::http_field::retry_after,
                             std::to_string(response.retry_after_s));
+    }
+    if (!response.member.empty()) {
+      builder.append_header(std::string(kMemberHeader), std::move(response.member));
     }
     if (response.unauthorized) {
       builder.append_header(restinio::http_field::www_authenticate, "Bearer realm=\"tally\"");
@@ -192,13 +203,15 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
         return;
       }
     }
-    if (internal::RequestMayBlock(method, target)) {
-      // Off the I/O threads: a publish waits for the broker's acks. RESTinio
-      // lets any thread finish the answer.
+    Request request{method, target, req->body(), false, Authorization(header), Forwarded(header)};
+    if (service->MayBlock(request)) {
+      // Off the I/O threads: a publish waits for the broker's acks, a read
+      // in a cluster may wait for another member. RESTinio lets any thread
+      // finish the answer.
       boost::asio::post(*blocking_pool, [this, req]() noexcept {
         const auto& h = req->header();
         Request request{h.method().c_str(), h.request_target(), req->body(), false,
-                        Authorization(h)};
+                        Authorization(h),   Forwarded(h)};
         if (request.body.size() > options.max_body_bytes) {
           request.body = {};
           request.body_too_large = true;
@@ -207,11 +220,11 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
       });
       return;
     }
-    Request request{method, target, req->body(), false, Authorization(header)};
     if (request.body.size() > options.max_body_bytes) {
       request.body = {};
       request.body_too_large = true;
     }
+    request.must_not_block = true;  // an I/O thread
     Answer(req, service->Handle(request), false);
   } catch (...) {
     // Only allocation can fail above: answer 500 and close, if even that

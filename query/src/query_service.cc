@@ -3,6 +3,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cctype>
 #include <chrono>
@@ -16,6 +17,8 @@
 #include "http_metrics.h"
 #include "ingest/event_publisher.h"
 #include "ingest/events_request.h"
+#include "query/cluster_routing.h"
+#include "query/peer_client.h"
 #include "query/visibility_waiter.h"
 #include "query/watermarks.h"
 #include "renderers.h"
@@ -89,13 +92,75 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
   info_body_.append("],\"state_dir\":");
   AppendJsonString(&info_body_, info.state_dir);
   fmt::format_to(std::back_inserter(info_body_), ",\"partitions\":{}}}", info.partitions);
+  // GET /v1/cluster of a single process: a cluster of one that owns every
+  // partition.
+  cluster_one_body_.append("{\"group\":");
+  AppendJsonString(&cluster_one_body_, info.group);
+  cluster_one_body_.append(",\"generation\":0,\"members\":[{\"member\":");
+  AppendJsonString(&cluster_one_body_, options_.member);
+  cluster_one_body_.append(",\"http\":\"\",\"owns\":[");
+  for (uint32_t p = 0; p < options_.store->partitions(); p++) {
+    if (p > 0) cluster_one_body_.push_back(',');
+    fmt::format_to(std::back_inserter(cluster_one_body_), "{}", p);
+  }
+  cluster_one_body_.append("],\"standby\":[],\"restoring\":[]}]}");
+  if (options_.cluster != nullptr) {
+    // Every request this member sends another is marked, so that one is
+    // never forwarded again.
+    PeerClientOptions po;
+    po.extra_headers.emplace_back(std::string(kForwardedHeader), options_.cluster->Self());
+    auto peers = PeerClient::Start(std::move(po));
+    if (peers.ok()) {
+      peers_ = std::move(peers).value();
+    } else {
+      // Only a member id that cannot be a header value gets here: reads of
+      // other members' partitions then answer 503 saying why.
+      peers_error_ = peers.status().WithContext("no client for the other members");
+    }
+  }
   if (options_.publisher != nullptr && options_.watermarks != nullptr) {
-    visibility_ = std::make_unique<VisibilityWaiter>(
-        options_.watermarks, options_.publisher->topic(), options_.watermarks->deltas_topic());
+    if (options_.cluster != nullptr) {
+      // Visible means visible wherever it is read: the cluster's view.
+      visibility_ = std::make_unique<VisibilityWaiter>(
+          [this] { return ClusterWatermarks(nullptr); }, options_.publisher->topic(),
+          options_.watermarks->deltas_topic());
+    } else {
+      visibility_ = std::make_unique<VisibilityWaiter>(
+          options_.watermarks, options_.publisher->topic(), options_.watermarks->deltas_topic());
+    }
   }
 }
 
-QueryService::~QueryService() { visibility_.reset(); }
+bool QueryService::MayBlock(const Request& request) const {
+  if (internal::RequestMayBlock(request.method, request.target)) return true;
+  if (options_.cluster == nullptr) return false;
+  const Match m = internal::MatchRoute(request.target);
+  if (m.route == nullptr || !m.route->may_forward || request.method != m.route->method) {
+    return false;
+  }
+  const bool spans = m.route->name == "user_unread" || m.route->name == "post_counts_batch";
+  bool current = m.route->name == "feed_snapshot";
+  if (current) {
+    std::string value;
+    if (!FindQueryParam(m.query, "current", &current, &value).ok()) return false;
+  }
+  // A forwarded request is answered from what is here, except that an
+  // unread and a current snapshot read their followees' counts from the
+  // members serving them.
+  if (!request.forwarded.empty()) return m.route->name == "user_unread" || current;
+  if (spans || current) return true;
+  // A read of one entity stays on the I/O thread when it is served here
+  // (RouteElsewhere refuses to wait if that changes before it runs).
+  uint64_t id = 0;
+  if (!ParseId(m.param[0], &id)) return false;  // a 400, answered at once
+  return options_.cluster->Home(schemas::PartitionOf(id, options_.store->partitions())).where !=
+         PartitionHome::Where::kHere;
+}
+
+QueryService::~QueryService() {
+  visibility_.reset();  // its thread may ask the peers
+  peers_.reset();
+}
 
 Response QueryService::Handle(const Request& request) {
   const int64_t start = internal::NowNs();
@@ -177,50 +242,94 @@ Response QueryService::HandleInfo(const Request&, const Match&) {
   return JsonResponse(200, info_body_);
 }
 
-Response QueryService::HandlePostCounts(const Request&, const Match& m) {
+// Each read goes where the partition of its entity is served (the post's
+// for counts, likes and views; the user's for the rest): here, another
+// member (RouteElsewhere), or nowhere (503 partition_moving).
+Response QueryService::HandlePostCounts(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
   std::vector<store::PostCounts> counts;
   base::Status st = options_.store->GetPostCounts(std::span<const uint64_t>(&m.id[0], 1), &counts);
-  if (!st.ok()) return ErrorResponse(st.WithContext(fmt::format("post {}", m.id[0])));
-  return JsonResponse(200, internal::RenderPostCounts(counts.at(0)));
+  if (!st.ok()) return ReadFailed(st, fmt::format("post {}", m.id[0]));
+  return Local(JsonResponse(200, internal::RenderPostCounts(counts.at(0))));
 }
 
-Response QueryService::HandlePostLike(const Request&, const Match& m) {
+Response QueryService::HandlePostLike(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
   auto liked = options_.store->IsLiked(m.id[0], m.id[1]);
-  if (!liked.ok()) {
-    return ErrorResponse(liked.status().WithContext(fmt::format("like {}/{}", m.id[0], m.id[1])));
-  }
-  return JsonResponse(200, *liked ? "{\"liked\":true}" : "{\"liked\":false}");
+  if (!liked.ok()) return ReadFailed(liked.status(), fmt::format("like {}/{}", m.id[0], m.id[1]));
+  return Local(JsonResponse(200, *liked ? "{\"liked\":true}" : "{\"liked\":false}"));
 }
 
-Response QueryService::HandlePostView(const Request&, const Match& m) {
+Response QueryService::HandlePostView(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
   auto viewed = options_.store->MaybeViewed(m.id[0], m.id[1]);
-  if (!viewed.ok()) {
-    return ErrorResponse(viewed.status().WithContext(fmt::format("post {}", m.id[0])));
-  }
-  return JsonResponse(200, *viewed ? "{\"viewed\":true}" : "{\"viewed\":false}");
+  if (!viewed.ok()) return ReadFailed(viewed.status(), fmt::format("post {}", m.id[0]));
+  return Local(JsonResponse(200, *viewed ? "{\"viewed\":true}" : "{\"viewed\":false}"));
 }
 
-Response QueryService::HandleUserCounts(const Request&, const Match& m) {
+Response QueryService::HandleUserCounts(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
   auto c = options_.store->GetUserCounts(m.id[0]);
-  if (!c.ok()) return ErrorResponse(c.status().WithContext(fmt::format("user {}", m.id[0])));
-  return JsonResponse(200, internal::RenderUserCounts(m.id[0], *c));
+  if (!c.ok()) return ReadFailed(c.status(), fmt::format("user {}", m.id[0]));
+  return Local(JsonResponse(200, internal::RenderUserCounts(m.id[0], *c)));
 }
 
-Response QueryService::HandleUserUnread(const Request&, const Match& m) {
-  auto u = options_.store->GetUnread(m.id[0]);
-  if (!u.ok()) return ErrorResponse(u.status().WithContext(fmt::format("user {}", m.id[0])));
-  return JsonResponse(200, internal::RenderUnread(m.id[0], *u));
-}
-
-Response QueryService::HandleFeedSnapshot(const Request&, const Match& m) {
-  auto snap = options_.store->GetFeedSnapshot(m.id[0]);
-  if (!snap.ok()) {
-    return ErrorResponse(snap.status().WithContext(fmt::format("user {}", m.id[0])));
+Response QueryService::HandleUserUnread(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
+  const bool cluster = options_.cluster != nullptr;
+  store::UnreadGaps gaps;
+  auto u = options_.store->GetUnread(m.id[0], cluster ? &gaps : nullptr);
+  if (!u.ok()) return ReadFailed(u.status(), fmt::format("user {}", m.id[0]));
+  if (gaps.notice || gaps.red_dots) {
+    // Every member applies the partition of the notices and global red
+    // dots: missing, it is being moved or reopened right now.
+    return ReadFailed(store::NotHeldError(std::vector<uint32_t>{schemas::PartitionOf(
+                          schemas::kGlobalEntity, options_.store->partitions())}),
+                      fmt::format("user {}: notices and red dots", m.id[0]));
   }
-  return JsonResponse(200, internal::RenderFeedSnapshot(m.id[0], *snap));
+  std::vector<std::string> members;
+  members.push_back(SelfId());
+  if (cluster) {
+    if (auto failed = CountFeedWhereServed(m.id[0], &u->feed, &members)) {
+      return std::move(*failed);
+    }
+  }
+  Response r = JsonResponse(200, internal::RenderUnread(m.id[0], *u));
+  r.member = fmt::format("{}", fmt::join(members, ","));
+  if (members.size() == 1 && members[0].empty()) r.member.clear();
+  return r;
 }
 
-Response QueryService::HandlePostCountsBatch(const Request&, const Match& m) {
+Response QueryService::HandleFeedSnapshot(const Request& request, const Match& m) {
+  if (auto elsewhere = RouteElsewhere(request, m.id[0])) return std::move(*elsewhere);
+  bool current = false;
+  std::string value;
+  base::Status st = FindQueryParam(m.query, "current", &current, &value);
+  if (!st.ok()) return ErrorResponse(st);
+  if (current) {
+    // What a feed reset would record now: the followees' current post
+    // counts (a member asks the user's member this for a reset).
+    if (value != "true") {
+      return ErrorResponse(base::Status::InvalidArgument("current: the only value is true"));
+    }
+    store::FeedSnapshot snap;
+    snap.exists = true;
+    snap.taken_ts = base::WallMs();
+    std::vector<std::string> members;
+    if (auto failed = CurrentFolloweePostsAnywhere(m.id[0], &snap.followees, &members)) {
+      return std::move(*failed);
+    }
+    Response r = JsonResponse(200, internal::RenderFeedSnapshot(m.id[0], snap));
+    r.member = fmt::format("{}", fmt::join(members, ","));
+    if (members.size() == 1 && members[0].empty()) r.member.clear();
+    return r;
+  }
+  auto snap = options_.store->GetFeedSnapshot(m.id[0]);
+  if (!snap.ok()) return ReadFailed(snap.status(), fmt::format("user {}", m.id[0]));
+  return Local(JsonResponse(200, internal::RenderFeedSnapshot(m.id[0], *snap)));
+}
+
+Response QueryService::HandlePostCountsBatch(const Request& request, const Match& m) {
   bool found = false;
   std::string value;
   base::Status st = FindQueryParam(m.query, "ids", &found, &value);
@@ -246,9 +355,12 @@ Response QueryService::HandlePostCountsBatch(const Request&, const Match& m) {
   }
 
   std::vector<store::PostCounts> counts;
-  st = options_.store->GetPostCounts(ids, &counts);
-  if (!st.ok()) return ErrorResponse(st.WithContext(fmt::format("{} posts", ids.size())));
-  return JsonResponse(200, internal::RenderPostCountsBatch(counts));
+  if (options_.cluster == nullptr) {
+    st = options_.store->GetPostCounts(ids, &counts);
+    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", ids.size()));
+    return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
+  }
+  return ClusterPostCounts(request, ids);
 }
 
 std::string QueryService::KafkaProblem() const {
@@ -332,9 +444,26 @@ Response QueryService::HandleUnreadReset(const Request& request, const Match& m)
   if (options_.publisher == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: this server cannot publish resets");
   }
+  // In a cluster a feed reset's snapshot is read where the user and the
+  // followees are served; the other kinds read nothing of the user's.
+  std::optional<std::vector<std::pair<uint64_t, uint64_t>>> followee_posts;
+  if (options_.cluster != nullptr && *kind == schemas::UnreadKind::kFeed) {
+    followee_posts.emplace();
+    const uint32_t p = schemas::PartitionOf(user_id, options_.store->partitions());
+    std::vector<std::string> members;
+    std::optional<Response> failed =
+        options_.cluster->Home(p).where == PartitionHome::Where::kHere
+            ? CurrentFolloweePostsAnywhere(user_id, &*followee_posts, &members)
+            : CurrentFolloweePostsOfOwner(user_id, &*followee_posts);
+    if (failed) return std::move(*failed);
+  }
   std::string_view code;
-  auto reset =
-      internal::BuildReset(*options_.store, user_id, *kind, m.query, base::WallMs(), &code);
+  auto reset = internal::BuildReset(*options_.store, user_id, *kind, m.query, base::WallMs(), &code,
+                                    followee_posts ? &*followee_posts : nullptr);
+  if (!reset.ok() && store::IsNotHeld(reset.status())) {
+    return ReadFailed(reset.status(), fmt::format("the {} reset of user {}",
+                                                  schemas::UnreadKindName(*kind), user_id));
+  }
   if (!reset.ok()) return ErrorResponse(reset.status(), code);
   if (reset->nothing_to_mark) {
     if (*wait) return JsonResponse(200, "{\"accepted\":true,\"visible\":true}");
@@ -359,15 +488,26 @@ Response QueryService::HandleUnreadReset(const Request& request, const Match& m)
   return JsonResponse(202, "{\"accepted\":true}");
 }
 
-Response QueryService::HandleWatermarks(const Request&, const Match&) {
+Response QueryService::HandleWatermarks(const Request& request, const Match&) {
   if (options_.watermarks == nullptr) {
     return ProtocolError(503, "no Kafka brokers configured: watermarks are unknown");
   }
   // With Kafka lost, or the state being attached to a replaced log, the
   // offsets at hand may belong to another log: no lag rather than a wrong 0.
   if (std::string problem = KafkaProblem(); !problem.empty()) return ProtocolError(503, problem);
-  auto report = options_.watermarks->Compute();
-  if (!report.ok()) return ErrorResponse(report.status());
+  // A peer asking for this member's part gets this member's own report.
+  if (options_.cluster == nullptr || !request.forwarded.empty()) {
+    auto report = options_.watermarks->Compute();
+    if (!report.ok()) return ErrorResponse(report.status());
+    return Local(JsonResponse(200, internal::RenderWatermarks(*report)));
+  }
+  bool moving = false;
+  auto report = ClusterWatermarks(&moving);
+  if (!report.ok()) {
+    Response r = ErrorResponse(report.status(), moving ? "partition_moving" : std::string_view{});
+    if (moving) r.retry_after_s = 1;
+    return r;
+  }
   return JsonResponse(200, internal::RenderWatermarks(*report));
 }
 

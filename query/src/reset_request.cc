@@ -24,9 +24,10 @@ base::Result<schemas::UnreadKind> ParseResetKind(std::string_view text) {
   return kind;
 }
 
-base::Result<ResetEvent> BuildReset(const store::StateStore& store, uint64_t user_id,
-                                    schemas::UnreadKind kind, std::string_view query,
-                                    int64_t now_ms, std::string_view* error_code) {
+base::Result<ResetEvent> BuildReset(
+    const store::StateStore& store, uint64_t user_id, schemas::UnreadKind kind,
+    std::string_view query, int64_t now_ms, std::string_view* error_code,
+    const std::vector<std::pair<uint64_t, uint64_t>>* followee_posts) {
   *error_code = {};
   schemas::Event event;
   event.type = schemas::EventType::kRead;
@@ -58,7 +59,8 @@ base::Result<ResetEvent> BuildReset(const store::StateStore& store, uint64_t use
     }
     case schemas::UnreadKind::kFeed: {
       // The snapshot: the current post counts of everyone the user follows.
-      auto now = store.CurrentFolloweePosts(user_id);
+      base::Result<std::vector<std::pair<uint64_t, uint64_t>>> now =
+          followee_posts != nullptr ? *followee_posts : store.CurrentFolloweePosts(user_id);
       if (!now.ok()) return now.status().WithContext(fmt::format("user {}", user_id));
       if (now->size() > schemas::kMaxSnapshotEntries) {
         *error_code = kBadRequest;

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "ingest/event_publisher.h"
@@ -43,8 +45,13 @@ struct ResetEvent {
 // event the schema refuses, with *error_code set to "bad_request"; the
 // store's own errors otherwise, with *error_code left empty (the answer
 // takes the status's default code).
-base::Result<ResetEvent> BuildReset(const store::StateStore& store, uint64_t user_id,
-                                    schemas::UnreadKind kind, std::string_view query,
-                                    int64_t now_ms, std::string_view* error_code);
+// `followee_posts` (may be null): for a feed reset, the followees' current
+// post counts already read (a cluster reads them from several members);
+// null reads them from `store`, which must then hold every partition they
+// need.
+base::Result<ResetEvent> BuildReset(
+    const store::StateStore& store, uint64_t user_id, schemas::UnreadKind kind,
+    std::string_view query, int64_t now_ms, std::string_view* error_code,
+    const std::vector<std::pair<uint64_t, uint64_t>>* followee_posts = nullptr);
 
 }  // namespace tally::query::internal

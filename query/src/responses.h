@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "query/query_service.h"
@@ -29,5 +30,10 @@ Response ErrorResponse(const base::Status& status, std::string_view code = {});
 // 400 bad_id for `text`, which is not a canonical id; `what` names it as a
 // route parameter does ("post_id" reads "post id").
 Response BadId(std::string_view what, std::string_view text);
+
+// Appends the member names in `members` (one or several, comma-separated,
+// as X-Tally-Member holds them) that `seen` does not have yet, keeping the
+// order first seen. (src/cluster_reads.cc)
+void AddMembers(std::string_view members, std::vector<std::string>* seen);
 
 }  // namespace tally::query::internal

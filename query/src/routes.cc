@@ -19,27 +19,32 @@ struct RouteTable {
   // Publishes wait for the broker's acks and watermarks ask the broker, so
   // those may block; probes and scrapers are never rate limited; writes need
   // the token; /healthz, /metrics, /v1/info and /v1/watermarks answer while
-  // the state is not ready (/healthz to say so).
+  // the state is not ready (/healthz to say so); the reads of state by an
+  // id may be forwarded to another member.
   static constexpr Route kRows[] = {
       {.name = "post_counts",
        .pattern = "/v1/posts/{post_id}/counts",
        .method = kGet,
        .handler = &S::HandlePostCounts,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "post_counts_batch",
        .pattern = "/v1/posts/counts",
        .method = kGet,
        .handler = &S::HandlePostCountsBatch,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "user_counts",
        .pattern = "/v1/users/{user_id}/counts",
        .method = kGet,
        .handler = &S::HandleUserCounts,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "user_unread",
        .pattern = "/v1/users/{user_id}/unread",
        .method = kGet,
        .handler = &S::HandleUserUnread,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "unread_reset",
        .pattern = "/v1/users/{user_id}/unread/{kind}/reset",
@@ -52,16 +57,19 @@ struct RouteTable {
        .pattern = "/v1/posts/{post_id}/likes/{user_id}",
        .method = kGet,
        .handler = &S::HandlePostLike,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "post_view",
        .pattern = "/v1/posts/{post_id}/views/{user_id}",
        .method = kGet,
        .handler = &S::HandlePostView,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "feed_snapshot",
        .pattern = "/v1/users/{user_id}/feed/snapshot",
        .method = kGet,
        .handler = &S::HandleFeedSnapshot,
+       .may_forward = true,
        .needs_ready = true},
       {.name = "watermarks",
        .pattern = "/v1/watermarks",
@@ -86,6 +94,7 @@ struct RouteTable {
        .method = kGet,
        .handler = &S::HandleMetrics,
        .rate_limit_exempt = true},
+      {.name = "cluster", .pattern = "/v1/cluster", .method = kGet, .handler = &S::HandleCluster},
   };
 };
 static_assert(std::size(RouteTable::kRows) == kRouteCount);

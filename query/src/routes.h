@@ -39,15 +39,18 @@ struct Route {
   std::string_view method;  // the one method the route answers; others get 405
   RouteHandler handler;
   bool may_block = false;          // may wait on a broker: answered off the I/O threads
+  // Reads state by an id's partition: in a cluster it may be asked of
+  // another member (and then waits on it: QueryService::MayBlock).
+  bool may_forward = false;
   bool rate_limit_exempt = false;  // never rate limited (probes and scrapers)
   bool needs_auth = false;         // needs the bearer token when one is configured
   bool needs_ready = false;        // answered 503 while the state is not ready
 };
 
-// Every route, in the order of SPEC section 4.
+// Every route, in the order of SPEC section 4, then GET /v1/cluster (section 6).
 std::span<const Route> Routes();
 // The number of rows of Routes().
-inline constexpr int kRouteCount = 13;
+inline constexpr int kRouteCount = 14;
 
 inline constexpr int kMaxRouteParams = 2;
 

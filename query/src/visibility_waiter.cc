@@ -46,7 +46,13 @@ bool AdvanceVisibility(const WatermarkReport& report, std::string_view input_top
 
 VisibilityWaiter::VisibilityWaiter(WatermarkSource* source, std::string input_topic,
                                    std::string deltas_topic, int poll_interval_ms)
-    : source_(source),
+    : VisibilityWaiter([source] { return source->Compute(); }, std::move(input_topic),
+                       std::move(deltas_topic), poll_interval_ms) {}
+
+VisibilityWaiter::VisibilityWaiter(std::function<base::Result<WatermarkReport>()> compute,
+                                   std::string input_topic, std::string deltas_topic,
+                                   int poll_interval_ms)
+    : compute_(std::move(compute)),
       input_topic_(std::move(input_topic)),
       deltas_topic_(std::move(deltas_topic)),
       poll_interval_ms_(std::max(poll_interval_ms, 0)) {
@@ -94,7 +100,7 @@ void VisibilityWaiter::Poll() {
     if (stopping_) break;
     const uint64_t poll = ++polls_;
     lock.unlock();
-    base::Result<WatermarkReport> report = source_->Compute();
+    base::Result<WatermarkReport> report = compute_();
     lock.lock();
     last_error_ = report.ok() ? base::Status::Ok() : report.status();
     bool woke = false;

@@ -24,19 +24,41 @@ base::Result<WatermarkReport> BuildWatermarkReport(
     const std::vector<store::Progress>& progress,
     const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
     const std::vector<base::PartitionOffsets>& deltas) {
+  if (deltas.size() != progress.size()) {
+    return base::Status::InvalidArgument(fmt::format("{} has {} partitions but the state has {}",
+                                                     deltas_topic, deltas.size(), progress.size()));
+  }
+  std::map<uint32_t, store::Progress> held;
+  for (size_t d = 0; d < progress.size(); d++) held.emplace(static_cast<uint32_t>(d), progress[d]);
+  return BuildHeldWatermarkReport(input_topics, committed, held, input, deltas_topic, deltas);
+}
+
+base::Result<WatermarkReport> BuildHeldWatermarkReport(
+    const std::vector<std::string>& input_topics,
+    const std::map<schemas::SourceStream, CommittedOffset>& committed,
+    const std::map<uint32_t, store::Progress>& held,
+    const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
+    const std::vector<base::PartitionOffsets>& deltas) {
   if (input.size() != input_topics.size()) {
     return base::Status::InvalidArgument(
         fmt::format("{} input topics but watermarks for {}", input_topics.size(), input.size()));
   }
-  if (deltas.size() != progress.size()) {
-    return base::Status::InvalidArgument(fmt::format("{} has {} partitions but the state has {}",
-                                                     deltas_topic, deltas.size(), progress.size()));
+  // Index = deltas partition; null where this store does not hold it: such
+  // a partition lowers no input row here (the member holding it reports it,
+  // and the cluster's answer takes the lowest of every member's rows).
+  std::vector<const store::Progress*> progress(deltas.size(), nullptr);
+  for (const auto& [d, p] : held) {
+    if (d >= deltas.size()) {
+      return base::Status::InvalidArgument(fmt::format(
+          "{} has {} partitions but the state holds partition {}", deltas_topic, deltas.size(), d));
+    }
+    progress[d] = &p;
   }
   // The deltas partitions whose applier has not consumed everything yet:
   // deltas routed (and committed by the router) may still be unapplied there.
   std::vector<bool> deltas_lagging(progress.size());
   for (size_t d = 0; d < progress.size(); d++) {
-    deltas_lagging[d] = progress[d].next_deltas_offset < deltas[d].high;
+    deltas_lagging[d] = progress[d] != nullptr && progress[d]->next_deltas_offset < deltas[d].high;
   }
 
   WatermarkReport report;
@@ -63,10 +85,11 @@ base::Result<WatermarkReport> BuildWatermarkReport(
       }
       int64_t event_time = 0;
       for (size_t d = 0; d < progress.size(); d++) {
-        auto mark = progress[d].marks.find(stream);
-        const bool has_mark = mark != progress[d].marks.end();
+        if (progress[d] == nullptr) continue;
+        auto mark = progress[d]->marks.find(stream);
+        const bool has_mark = mark != progress[d]->marks.end();
         if (has_mark) event_time = std::max(event_time, mark->second.ts);
-        const int64_t next = progress[d].next_deltas_offset;
+        const int64_t next = progress[d]->next_deltas_offset;
         if (const schemas::DeltasPosition* p = positions[d]) {
           // Every delta of the committed records in d is at p->last or
           // before, so once that is applied, d hides nothing of them.
@@ -97,13 +120,14 @@ base::Result<WatermarkReport> BuildWatermarkReport(
     }
   }
   for (size_t d = 0; d < progress.size(); d++) {
+    if (progress[d] == nullptr) continue;
     WatermarkRow row;
     row.topic = deltas_topic;
     row.partition = deltas[d].partition;
-    row.applied_offset = progress[d].next_deltas_offset;
+    row.applied_offset = progress[d]->next_deltas_offset;
     row.end_offset = deltas[d].high;
     row.lag = std::max<int64_t>(0, row.end_offset - row.applied_offset);
-    row.event_time_ms = progress[d].max_event_ts;
+    row.event_time_ms = progress[d]->max_event_ts;
     report.lag += row.lag;
     report.rows.push_back(std::move(row));
   }
@@ -188,7 +212,9 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
   // with its writer, so that what it reports is what its readers see.
   base::Status st = store_->CatchUp();
   if (!st.ok()) return AsUnavailable(st, "catching up with the state's writer");
-  auto progress = store_->LoadAllProgress();
+  // A cluster member reports the partitions it holds; the members' reports
+  // together cover the cluster (QueryService merges them).
+  auto progress = store_->LoadHeldProgress();
   if (!progress.ok()) return AsUnavailable(progress.status(), "loading applied progress");
 
   // (3) The ends of the input topics.
@@ -206,8 +232,14 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
     return AsUnavailable(deltas.status(), fmt::format("end offsets of {}", options_.deltas_topic));
   }
 
-  auto report = BuildWatermarkReport(options_.input_topics, committed, *progress, input,
-                                     options_.deltas_topic, *deltas);
+  if (deltas->size() != store_->partitions()) {
+    return AsUnavailable(base::Status::InvalidArgument(fmt::format(
+                             "{} has {} partitions but the state has {}", options_.deltas_topic,
+                             deltas->size(), store_->partitions())),
+                         "inconsistent layout");
+  }
+  auto report = BuildHeldWatermarkReport(options_.input_topics, committed, *progress, input,
+                                         options_.deltas_topic, *deltas);
   if (!report.ok()) return AsUnavailable(report.status(), "inconsistent layout");
   return report;
 }

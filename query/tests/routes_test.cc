@@ -46,6 +46,7 @@ constexpr SpecRoute kSpecRoutes[] = {
     {"GET", "/v1/info", "info", false, false, false, false},
     {"GET", "/healthz", "healthz", false, true, false, false},
     {"GET", "/metrics", "metrics", false, true, false, false},
+    {"GET", "/v1/cluster", "cluster", false, false, false, false},  // SPEC section 6
 };
 
 // Targets with no route, or on the edge of one.

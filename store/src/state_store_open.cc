@@ -191,6 +191,33 @@ Result<std::string> StateStore::PeekRecordedCluster(const std::string& dir) {
   return cluster;
 }
 
+Result<std::vector<uint32_t>> StateStore::PeekHeldPartitions(const std::string& dir) {
+  uint32_t partitions = 0;
+  std::string cluster;
+  Status meta = ReadMetaFile(dir, &partitions, &cluster);
+  if (meta.code() == base::StatusCode::kNotFound) return std::vector<uint32_t>{};
+  TALLY_RETURN_IF_ERROR(meta);
+  auto held = ReadHeldFile(dir, partitions);
+  if (!held.ok()) return held.status();
+  std::vector<uint32_t> out;
+  if (held->has_value()) {
+    out = std::move(**held);
+  } else {
+    for (uint32_t p = 0; p < partitions; p++) out.push_back(p);
+  }
+  // Opening these creates a missing one empty; here that is damage.
+  for (uint32_t p : out) {
+    std::error_code ec;
+    const std::string path = (std::filesystem::path(dir) / PartitionDirName(p)).string();
+    if (!std::filesystem::is_directory(path, ec)) {
+      return Status::Corruption(
+          fmt::format("{} does not exist, but the state held partition {}: the state directory is damaged", path,
+                      p));
+    }
+  }
+  return out;
+}
+
 Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options) {
   if (options.partitions > 4096) {
     return Status::InvalidArgument(

@@ -12,16 +12,18 @@
 // the group "<group>-applier" decides which partitions this member owns
 // (DeltasOwnership, cooperative); the applier reads every partition it
 // applies with its own consumer and applies some without owning them:
-//   - owned: applied and their derived deltas published; served once the
-//     state has caught up with the log's end as of the assignment
-//     ("restoring" until then);
-//   - standby: applied without publishing derived deltas: the partition of
+//   - owned: served once the state has caught up with the log's end as of
+//     the assignment ("restoring" until then);
+//   - standby: applied as well, never owned: the partition of
 //     kGlobalEntity on every member (notices, red dots), the next
 //     `standbys` members' copies of each owned partition (in member order
 //     after the owner), and a partition this member gave up, until its new
 //     owner says in the directory that it has caught up (warm-up: reads go
 //     to the old owner meanwhile).
-// A partition it stops applying is dropped from the store. What it holds,
+// Every member applying a partition publishes its derived deltas (a
+// follow's effects on the followed user), which the targets deduplicate by
+// mark (applier.cc, HandleMessage, says why that is exact). A partition it
+// stops applying is dropped from the store. What it holds,
 // serves and restores is handed to ClusterOptions::publish (for the members
 // directory) on every change and at least every second while restoring.
 // Thread model: Run() occupies the calling thread.

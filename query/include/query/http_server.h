@@ -10,8 +10,11 @@
 //
 // Threads: `threads` I/O threads run the io_context and answer the reads
 // there (a few microseconds of RocksDB and fmt each). Requests that may
-// wait for a broker (POST /v1/events, the resets, /v1/watermarks) run on a
-// separate pool of `blocking_threads`, so a slow broker never stalls reads.
+// wait for a broker (POST /v1/events, the resets, /v1/watermarks), and in a
+// cluster the reads that may ask another member (QueryService::MayBlock),
+// run on a separate pool of `blocking_threads`, so a slow broker or peer
+// never stalls reads. The transport reads X-Tally-Forwarded into
+// Request::forwarded and writes Response::member as X-Tally-Member.
 //
 // Limits: a body over max_body_bytes is answered 413 payload_too_large (the
 // connection stays usable); a body announced or sent over

@@ -8,6 +8,15 @@
 // store. HttpServer (http_server.h) feeds it requests from sockets; tests
 // call Handle() directly.
 //
+// In a cluster (SPEC section 6; QueryServiceOptions::cluster) any member
+// answers every request: it reads locally the partitions ClusterRouting
+// says are here, forwards the rest to the member it names (PeerClient,
+// marked with kForwardedHeader), splits a batch by member and asks them in
+// parallel, reads a feed unread's followee counts from their owners, and
+// answers 503 partition_moving (Retry-After: 1) for a partition nobody
+// serves now. A forwarded request is never forwarded again. See
+// query/README.md, "In a cluster".
+//
 // Thread model: Handle() is safe for concurrent use from any number of
 // threads. Everything the service borrows must outlive it.
 #pragma once
@@ -17,14 +26,18 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 
 namespace tally::store {
 class StateStore;
+struct PostCounts;
 }
 namespace tally::ingest {
 class EventPublisher;
@@ -37,6 +50,9 @@ namespace tally::query {
 
 class WatermarkSource;
 class VisibilityWaiter;
+class ClusterRouting;
+class PeerClient;
+struct WatermarkReport;
 namespace internal {
 struct RouteTable;
 struct RouteMatch;
@@ -52,6 +68,15 @@ struct Request {
   // is then left empty): the answer is 413 payload_too_large.
   bool body_too_large = false;
   std::string_view authorization;  // the Authorization header, empty if absent
+  // The X-Tally-Forwarded header (kForwardedHeader), empty if absent: the
+  // id of the member that forwarded this request, which is then answered
+  // from what this member holds and never forwarded again.
+  std::string_view forwarded = {};
+  // Set by a transport that runs Handle() on a thread that must not wait
+  // (an I/O thread) because MayBlock() said no: a read whose partition
+  // moved to another member in between answers 503 partition_moving rather
+  // than wait for that member.
+  bool must_not_block = false;
 };
 
 // The answer. `content_type` and `allow` point to static strings.
@@ -61,7 +86,11 @@ struct Response {
   std::string body;
   std::string_view allow;  // the Allow header of a 405; empty otherwise
   bool unauthorized = false;  // a 401: answer with WWW-Authenticate: Bearer
-  int retry_after_s = 0;      // > 0: answer with Retry-After (a 429)
+  int retry_after_s = 0;      // > 0: answer with Retry-After (a 429, a 503 partition_moving)
+  // The X-Tally-Member header (kMemberHeader): the member(s) whose state
+  // answered, comma-separated; empty: no header (nothing was read, or no
+  // member id is configured).
+  std::string member = {};
 };
 
 inline constexpr std::string_view kJsonContentType = "application/json";
@@ -74,6 +103,8 @@ struct ServiceInfo {
   std::vector<std::string> input_topics;
   std::string state_dir;
   uint32_t partitions = 0;
+  // The consumer group (--group): GET /v1/cluster of a single process.
+  std::string group = {};
 };
 
 struct QueryServiceOptions {
@@ -104,6 +135,18 @@ struct QueryServiceOptions {
   // not_yet_visible when their records are not all visible after this long
   // (`--visible-timeout-ms`). They need `publisher` and `watermarks`.
   int visible_timeout_ms = 5000;
+  // Optional; must outlive the service. Null: a single process, every
+  // partition read here. Set: any member answers everything (see the top
+  // of this file); the service starts a PeerClient of its own.
+  ClusterRouting* cluster = nullptr;
+  // Without `cluster`: this process's member id, the value of
+  // X-Tally-Member on answers that read state and the member of GET
+  // /v1/cluster; empty: no X-Tally-Member header. Ignored with `cluster`
+  // (ClusterRouting::Self() names this member).
+  std::string member = {};
+  // In a cluster: how long a read waits for another member's answer
+  // before it answers 503 partition_moving.
+  int peer_timeout_ms = 2000;
 };
 
 // Maps a Status code to its HTTP status. The only such mapping in tally:
@@ -129,6 +172,17 @@ class QueryService {
   // tally_http_request_duration_seconds{route}. Safe for concurrent use.
   Response Handle(const Request& request);
 
+  // True when answering `request` may block its thread (waiting on a
+  // broker or on another member), so a transport runs it off its I/O
+  // threads: internal::RequestMayBlock(), and in a cluster the reads that
+  // may ask a peer: a read of one entity whose partition is not served
+  // here now (ClusterRouting::Home), every batch and unread, a current
+  // snapshot (?current=true) — except that a forwarded request asks no
+  // peer but for an unread's or a current snapshot's followee counts.
+  // Cheap: matches the route and asks Home(), reads no state. Safe for
+  // concurrent use.
+  bool MayBlock(const Request& request) const;
+
  private:
   // The route table (src/routes.cc) names the handlers below.
   friend struct internal::RouteTable;
@@ -151,12 +205,67 @@ class QueryService {
   Response HandleUserUnread(const Request& request, const Match& m);
   Response HandleUnreadReset(const Request& request, const Match& m);
   Response HandleFeedSnapshot(const Request& request, const Match& m);
+  Response HandleCluster(const Request& request, const Match& m);
   // The answer to a publish with ?wait=visible: waits for `records`, which
   // the publisher put at `positions`; `accepted` is the JSON value of the
   // answer's "accepted".
   Response AwaitVisible(const std::vector<ingest::PublishRecord>& records,
                         const std::vector<ingest::RecordPosition>& positions,
                         std::string_view accepted);
+  // The pieces of src/cluster_reads.cc. Each std::optional<Response> is
+  // the answer to give instead (503 partition_moving, a peer's error passed
+  // through), nullopt when the call did its part.
+  //
+  // A request for `entity`'s partition that is not read here: the peer's
+  // answer (forwarded), or 503 partition_moving. nullopt: read it here.
+  std::optional<Response> RouteElsewhere(const Request& request, uint64_t entity);
+  // The answer for a local read that failed with `status`: a partition not
+  // held (a move raced the read) is 503 partition_moving.
+  Response ReadFailed(const base::Status& status, std::string_view context);
+  // `response` stamped with this member in X-Tally-Member.
+  Response Local(Response response) const;
+  // This member's id: the cluster's Self(), else options.member ("").
+  std::string SelfId() const;
+  // The post counts of ids[positions] from the members serving them, one
+  // request per member, all at once; fills (*counts)[positions] and
+  // (*answered_by)[positions] (sized as `ids`) with the member that
+  // answered each.
+  std::optional<Response> FillFromPeers(std::span<const uint64_t> ids,
+                                        const std::vector<size_t>& positions,
+                                        std::vector<store::PostCounts>* counts,
+                                        std::vector<std::string>* answered_by);
+  // The post counts (the "posts" of GET /v1/users/{id}/counts) of `users`,
+  // none of them served here, from their members, all at once, in the order
+  // given.
+  std::optional<Response> UserPostsFromPeers(const std::vector<uint64_t>& users,
+                                             std::vector<int64_t>* posts,
+                                             std::vector<std::string>* members);
+  // What a feed reset of `user_id` records (and a feed unread counts
+  // against): the current post counts of the user's followees, ascending
+  // id. The user's partition must be here; the followees whose partitions
+  // are not served here are asked of the members that serve them. Adds the
+  // members read to `members`.
+  std::optional<Response> CurrentFolloweePostsAnywhere(
+      uint64_t user_id, std::vector<std::pair<uint64_t, uint64_t>>* out,
+      std::vector<std::string>* members);
+  // The same asked of the member serving the user (GET
+  // /v1/users/{id}/feed/snapshot?current=true).
+  std::optional<Response> CurrentFolloweePostsOfOwner(
+      uint64_t user_id, std::vector<std::pair<uint64_t, uint64_t>>* out);
+  // GET /v1/posts/counts in a cluster: the ids served here read in one
+  // call, the others asked of their members, one request per member, all
+  // at once; merged in the order asked.
+  Response ClusterPostCounts(const Request& request, const std::vector<uint64_t>& ids);
+  // A user's unread feed in a cluster (the user's partition served here),
+  // each followee's post count read where its partition is served; adds
+  // the members read to `members`.
+  std::optional<Response> CountFeedWhereServed(uint64_t user_id, int64_t* feed,
+                                               std::vector<std::string>* members);
+  // GET /v1/watermarks over the whole cluster: this member's report merged
+  // with every peer's (src/cluster_watermarks.h); this member's alone
+  // without a cluster. *moving (may be null): the merge failed because a
+  // deltas partition is reported by nobody.
+  base::Result<WatermarkReport> ClusterWatermarks(bool* moving);
   // options_.kafka_problem(), or "" without one.
   std::string KafkaProblem() const;
   void Record(int route_id, int status, int64_t start_ns);
@@ -169,6 +278,10 @@ class QueryService {
 
   // Present when the service publishes and has watermarks.
   std::unique_ptr<VisibilityWaiter> visibility_;
+  // In a cluster: how this member reads from the others.
+  std::unique_ptr<PeerClient> peers_;
+  base::Status peers_error_;      // why peers_ is null in a cluster
+  std::string cluster_one_body_;  // GET /v1/cluster without a cluster
 
   std::mutex parsers_mu_;
   std::vector<std::unique_ptr<ingest::EventsRequestParser>> parsers_;

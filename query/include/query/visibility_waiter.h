@@ -21,6 +21,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -54,6 +55,10 @@ class VisibilityWaiter {
   VisibilityWaiter(WatermarkSource* source, std::string input_topic, std::string deltas_topic,
                    int poll_interval_ms = 1);
   // Ends every wait (Aborted) and joins the thread.
+  // The same over the views `compute` gives (a cluster's merged
+  // watermarks); called on the waiter's thread only.
+  VisibilityWaiter(std::function<base::Result<WatermarkReport>()> compute, std::string input_topic,
+                   std::string deltas_topic, int poll_interval_ms = 1);
   ~VisibilityWaiter();
   VisibilityWaiter(const VisibilityWaiter&) = delete;
   VisibilityWaiter& operator=(const VisibilityWaiter&) = delete;
@@ -74,7 +79,7 @@ class VisibilityWaiter {
 
   void Poll();
 
-  WatermarkSource* source_;
+  std::function<base::Result<WatermarkReport>()> compute_;
   const std::string input_topic_;
   const std::string deltas_topic_;
   const int poll_interval_ms_;

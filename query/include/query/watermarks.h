@@ -86,6 +86,20 @@ base::Result<WatermarkReport> BuildWatermarkReport(
     const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
     const std::vector<base::PartitionOffsets>& deltas);
 
+// The same over the deltas partitions a store holds (`held`, by partition;
+// `deltas` still has one entry per partition of the topic): a row per held
+// deltas partition, and input rows lowered only for what those may hide.
+// A cluster member reports this; the members' reports merged (every input
+// row at its lowest applied offset, each deltas row from one member) give
+// the cluster's. InvalidArgument if `held` names a partition `deltas` does
+// not have.
+base::Result<WatermarkReport> BuildHeldWatermarkReport(
+    const std::vector<std::string>& input_topics,
+    const std::map<schemas::SourceStream, CommittedOffset>& committed,
+    const std::map<uint32_t, store::Progress>& held,
+    const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
+    const std::vector<base::PartitionOffsets>& deltas);
+
 class WatermarkSource {
  public:
   // Creates the Kafka consumer handle used for committed offsets and
@@ -97,7 +111,9 @@ class WatermarkSource {
                                                                store::StateStore* store);
   ~WatermarkSource();
 
-  // Reads the four sources in the order above and builds the report. No
+  // Reads the four sources in the order above and builds the report, over
+  // the deltas partitions the store holds (every one in a single process:
+  // BuildHeldWatermarkReport). No
   // caching: every call asks the broker. Unavailable (naming what failed)
   // when the broker or the store cannot answer. Safe for concurrent use:
   // calls are serialized.

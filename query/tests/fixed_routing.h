@@ -1,0 +1,66 @@
+// ClusterRouting for tests: a routing table the test fixes and changes
+// (partition -> member, member -> base URL), so real members can be wired
+// without a members directory. Safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "query/cluster_routing.h"
+
+namespace tally::query::testing {
+
+// Partition -> member ("" nobody), member -> base URL; changeable while
+// requests run. ClusterJson() is a fixed stub.
+class FixedRouting : public ClusterRouting {
+ public:
+  explicit FixedRouting(std::string self) : self_(std::move(self)) {}
+
+  void Set(uint32_t partition, std::string member) {
+    std::lock_guard<std::mutex> lock(mu_);
+    owner_[partition] = std::move(member);
+  }
+  void SetUrl(const std::string& member, std::string url) {
+    std::lock_guard<std::mutex> lock(mu_);
+    urls_[member] = std::move(url);
+  }
+
+  std::string Self() const override { return self_; }
+  PartitionHome Home(uint32_t partition) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PartitionHome h;
+    auto it = owner_.find(partition);
+    if (it == owner_.end() || it->second.empty()) {
+      h.where = PartitionHome::Where::kNowhere;
+    } else if (it->second == self_) {
+      h.where = PartitionHome::Where::kHere;
+    } else {
+      h.where = PartitionHome::Where::kPeer;
+      h.member = it->second;
+      auto u = urls_.find(it->second);
+      h.http = u == urls_.end() ? "" : u->second;
+    }
+    return h;
+  }
+  std::string ClusterJson() const override { return "{\"group\":\"g\",\"generation\":7}"; }
+  std::vector<std::pair<std::string, std::string>> Peers() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [m, u] : urls_) {
+      if (m != self_) out.emplace_back(m, u);
+    }
+    return out;
+  }
+
+ private:
+  const std::string self_;
+  mutable std::mutex mu_;
+  std::map<uint32_t, std::string> owner_;
+  std::map<std::string, std::string> urls_;
+};
+
+}  // namespace tally::query::testing
