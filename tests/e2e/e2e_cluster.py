@@ -233,6 +233,11 @@ class Cluster:
                     pass
                 if r.status == 503 and code == "partition_moving" and r.headers.get("retry-after", "").isdigit():
                     self.moving_seen += 1
+                    moving = odd.setdefault(None, {})
+                    at = time.monotonic()
+                    moving.setdefault(m.name, [0, at, at, path])
+                    moving[m.name][0] += 1
+                    moving[m.name][2] = at
                 else:
                     note("%s: HTTP %d %s" % (m.name, r.status, code), "%s: %r (Retry-After %r)" % (
                         path, r, r.headers.get("retry-after")))
@@ -285,6 +290,7 @@ class Cluster:
 
         odd = {}
         missing = []
+        probes = [0]
 
         def settled():
             for m in procs:
@@ -292,6 +298,7 @@ class Cluster:
                     raise tallyctl.TestFailure("%s exited with status %s while the group settled" % (
                         m.name, m.proc.returncode()))
             self.probe_reads(odd)
+            probes[0] += 1
             views, why = self.cluster_views()
             if views is None and "HTTP 404" in why:
                 missing.append(why)  # no GET /v1/cluster at all: nothing to wait for
@@ -307,6 +314,10 @@ class Cluster:
         except tallyctl.TestFailure as e:
             raise tallyctl.TestFailure("%s; last: %s" % (e, last[0])) from None
         finally:
+            moving = odd.pop(None, {})
+            for name, (n, first, last_at, path) in sorted(moving.items()):
+                log("%s answered %d of the sampled reads 503 partition_moving, from %.1f to %.1f s after %s "
+                    "(first: %s)" % (name, n, first - t0, last_at - t0, what, path))
             for kind, (n, example) in sorted(odd.items()):
                 h.check(False, "while the group moved after %s: %d reads on %s (want 200 naming live members, "
                         "or 503 partition_moving with Retry-After); first: %s" % (what, n, kind, example))
@@ -315,7 +326,8 @@ class Cluster:
             h.check(False, missing[0])
             step("no GET /v1/cluster: not waiting for the group after %s" % what)
             return None
-        step("group settled %.1f s after %s" % (time.monotonic() - t0, what))
+        step("group settled %.1f s after %s (%d rounds of 3 reads per member meanwhile)" % (
+            time.monotonic() - t0, what, probes[0]))
         v = next(iter(views.values()))
         members = {x["member"]: x for x in v["members"]}
         h.check(v.get("group") in (GROUP, GROUP + "-applier"), "GET /v1/cluster group is %r, want %r" % (
