@@ -197,14 +197,16 @@ class Cluster:
         log("published %d read events and %d HTTP resets" % (len(recs), len(resets)))
 
     # -- settling -----------------------------------------------------------
-    def probe_reads(self, odd):
+    def probe_reads(self, odd, starting=()):
         """Reads a few ids on every live member while the group moves: 200
-        with X-Tally-Member naming live members, or 503 partition_moving
-        with Retry-After; anything else is added to `odd` (a dict: what ->
+        with X-Tally-Member naming running members (live ones, or
+        `starting` ones, which may answer for partitions they were given
+        before their /healthz says ready), or 503 partition_moving with
+        Retry-After; anything else is added to `odd` (a dict: what ->
         [count, first example])."""
         rng = self.h.rng
         ids = sorted(self.w.model.post_ids)
-        live = {x.id for x in self.live}
+        live = {x.id for x in self.live} | {x.id for x in starting}
 
         def note(what, example):
             entry = odd.setdefault(what, [0, example])
@@ -223,7 +225,7 @@ class Cluster:
                 if r.status == 200:
                     names = [x.strip() for x in r.headers.get("x-tally-member", "").split(",") if x.strip()]
                     if not names or not all(n in live for n in names):
-                        note("%s: 200 without an X-Tally-Member naming live members" % m.name,
+                        note("%s: 200 without an X-Tally-Member naming running members" % m.name,
                              "%s: X-Tally-Member %r" % (path, r.headers.get("x-tally-member")))
                     continue
                 code = None
@@ -281,12 +283,19 @@ class Cluster:
                 return "%s shows generation/owners %s, %s shows %s" % (name, summary, first[0], first[1])
         return None
 
-    def settle(self, what):
+    def settle(self, what, standbys_before=False, joining=None):
         """Waits until the group settled (see unsettled) while sampling reads;
-        then checks the shape of /v1/cluster and logs what moved."""
+        then checks the shape of /v1/cluster and logs what moved. With
+        `standbys_before` (every partition had a current standby when the
+        change began), no sampled read may answer 503: SPEC section 6 has a
+        current standby or old owner serve a partition while it moves.
+        `joining`: a Member just started, live once its /healthz says so
+        (reads are sampled on the others meanwhile: the group moves
+        partitions to it before it is ready)."""
         t0 = time.monotonic()
         last = ["no answer yet"]
-        procs = list(self.live)
+        procs = list(self.live) + ([joining] if joining else [])
+        pending = [joining] if joining else []
 
         odd = {}
         missing = []
@@ -297,8 +306,16 @@ class Cluster:
                 if not m.proc.alive():
                     raise tallyctl.TestFailure("%s exited with status %s while the group settled" % (
                         m.name, m.proc.returncode()))
-            self.probe_reads(odd)
+            self.probe_reads(odd, pending)
             probes[0] += 1
+            for m in list(pending):
+                r = m.probe.try_get("/healthz")
+                if r is None or r.status != 200:
+                    last[0] = "%s: /healthz %r" % (m.name, r)
+                    return None
+                pending.remove(m)
+                self.live.append(m)
+                step("%s (pid %d) healthy on %s" % (m.name, m.proc.pid, m.id))
             views, why = self.cluster_views()
             if views is None and "HTTP 404" in why:
                 missing.append(why)  # no GET /v1/cluster at all: nothing to wait for
@@ -316,10 +333,13 @@ class Cluster:
         finally:
             moving = odd.pop(None, {})
             for name, (n, first, last_at, path) in sorted(moving.items()):
-                log("%s answered %d of the sampled reads 503 partition_moving, from %.1f to %.1f s after %s "
-                    "(first: %s)" % (name, n, first - t0, last_at - t0, what, path))
+                line = "%s answered %d of %d sampled reads 503 partition_moving, from %.1f to %.1f s after %s " \
+                    "(first: %s)" % (name, n, 3 * probes[0], first - t0, last_at - t0, what, path)
+                log(line)
+                h.check(not standbys_before, "every partition had a current standby (--standbys %d) when %s, so "
+                        "its reads must go on (SPEC section 6), yet %s" % (STANDBYS, what, line))
             for kind, (n, example) in sorted(odd.items()):
-                h.check(False, "while the group moved after %s: %d reads on %s (want 200 naming live members, "
+                h.check(False, "while the group moved after %s: %d reads on %s (want 200 naming running members, "
                         "or 503 partition_moving with Retry-After); first: %s" % (what, n, kind, example))
         if missing:
             # Go on without it, so that one run shows everything else.
@@ -483,17 +503,18 @@ class Cluster:
                     answered_by[self.name_of(n)] = answered_by.get(self.name_of(n), 0) + 1
             self.h.check(not wrong, "%s: %d of %d answers of %s differ from the reference's:\n    %s" % (
                 what, len(wrong), len(paths), m.name, "\n    ".join(wrong[:12])))
-            self.h.check(not unnamed, "%s: %d of %d answers of %s lack an X-Tally-Member naming live members %s:"
-                         "\n    %s" % (what, len(unnamed), len(paths), m.name, sorted(live), "\n    ".join(unnamed[:5])))
+            self.h.check(not unnamed, "%s: %d of %d answers of %s lack an X-Tally-Member naming live members "
+                         "%s:\n    %s" % (what, len(unnamed), len(paths), m.name, sorted(live),
+                                         "\n    ".join(unnamed[:5])))
             log("%s: %d answers, %d differ from the reference; answered by %s" % (
                 m.name, len(paths), len(wrong), answered_by))
         step("compared %d paths on %d members with the reference in %.1f s" % (
             len(paths), len(self.live), time.monotonic() - t0))
         self.h.checkpoint(what)
 
-    def phase(self, what, member_for_post):
+    def phase(self, what, member_for_post, standbys_before=True, joining=None):
         """After a change: settle, POST, barrier, reads, barrier, compare."""
-        self.settle(what)
+        self.settle(what, standbys_before, joining)
         self.post_events(member_for_post)
         self.wait_visible(what)
         self.reads()
@@ -529,7 +550,7 @@ def main():
             m.wait_healthy()
         c.live = list(c.all)
         m1, m2, m3 = c.all
-        c.phase("three members joined", m2)
+        c.phase("three members joined", m2, standbys_before=False)
 
         # 2. SIGKILL of a member that owns partitions; events go on.
         m1.proc.kill9()
@@ -541,10 +562,8 @@ def main():
         # 3. A fresh member with an empty state directory joins.
         m4 = Member(h, brokers, "m4")
         c.all.append(m4)
-        m4.wait_healthy()
-        c.live.append(m4)
         c.publish(c.events(800))
-        c.phase("m4 joined with an empty state", m4)
+        c.phase("m4 joined with an empty state", m4, joining=m4)
         h.check(any(o == m4.id for o in c.owners.values()), "m4 owns nothing after joining")
 
         # 4. A clean leave; events go on while it stops.
