@@ -45,10 +45,12 @@ int RunAggregate(int argc, char** argv) {
   // 6); its `tally serve` answers for it.
   const bool in_cluster = !advertise.empty() && role != "router";
   if (standbys < 0 || (!advertise.empty() && !CheckAdvertise(advertise).ok())) {
-    return Fail(command,
-                base::Status::InvalidArgument(fmt::format(
-                    "--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')", advertise)),
-                kExitUsage);
+    return Fail(
+        command,
+        base::Status::InvalidArgument(fmt::format(
+            "--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')",
+            advertise)),
+        kExitUsage);
   }
   if (role != "router" && role != "applier" && role != "both") {
     return Fail(command, base::Status::InvalidArgument("--role must be router, applier or both"), kExitUsage);
@@ -73,9 +75,9 @@ int RunAggregate(int argc, char** argv) {
     // given again (see tally up).
     auto held_before = store::StateStore::PeekHeldPartitions(f.state_dir);
     if (!held_before.ok()) return Fail(command, held_before.status());
-    auto s = OpenState(f, cluster->deltas_partitions, false,
-                       in_cluster ? std::optional<std::vector<uint32_t>>(*held_before)
-                                  : std::nullopt);
+    auto s =
+        OpenState(f, cluster->deltas_partitions, false,
+                  in_cluster ? std::optional<std::vector<uint32_t>>(*held_before) : std::nullopt);
     if (!s.ok()) return Fail(command, s.status());
     store = std::move(s).value();
     if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {

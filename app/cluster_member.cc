@@ -2,11 +2,11 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 namespace tally::app {
@@ -85,8 +85,9 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
   directory_->Publish(copy);
   if (!ready_.load() && copy.generation > 0 && copy.restoring.empty()) {
     ready_.store(true);
-    TALLY_LOG_INFO("cluster", "member {} joined the cluster: owns {} partitions, {} standby; serving",
-                   member_, copy.owns.size(), copy.standby.size());
+    TALLY_LOG_INFO("cluster",
+                   "member {} joined the cluster: owns {} partitions, {} standby; serving", member_,
+                   copy.owns.size(), copy.standby.size());
   }
 }
 
@@ -105,18 +106,40 @@ std::optional<cluster::MemberInfo> ClusterMember::Local() const {
   return std::nullopt;
 }
 
+void ClusterMember::Unreachable(const std::string& member) {
+  std::lock_guard<std::mutex> l(mu_);
+  const int64_t now = base::WallMs();
+  auto [it, inserted] = unreachable_.try_emplace(member, now);
+  if (inserted || now - it->second > 10000) {
+    TALLY_LOG_WARN("cluster",
+                   "member {} does not answer; its partitions are read from standbys until it is "
+                   "heard of again or expires",
+                   member);
+  }
+  it->second = now;
+}
+
+bool ClusterMember::Reachable(const cluster::MemberInfo& m) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = unreachable_.find(m.member);
+  return it == unreachable_.end() || m.ts_ms > it->second;
+}
+
 query::PartitionHome ClusterMember::Home(uint32_t partition) const {
   using Where = query::PartitionHome::Where;
   const auto p = static_cast<int32_t>(partition);
+  // What this member holds current is read here, also as a standby: a
+  // standby is as current as its owner (both apply the log as it comes)
+  // and a local read costs a twentieth of a remote one.
   if (auto local = Local(); local && (cluster::HasPartition(local->owns, p) ||
                                       cluster::HasPartition(local->standby, p))) {
     return {Where::kHere, member_, options_.advertise};
   }
-  if (auto owner = directory_->OwnerOf(p); owner && owner->member != member_) {
+  if (auto owner = directory_->OwnerOf(p); owner && owner->member != member_ && Reachable(*owner)) {
     return {Where::kPeer, owner->member, owner->http};
   }
   for (auto& s : directory_->CurrentStandbysOf(p)) {
-    if (s.member != member_) return {Where::kPeer, s.member, s.http};
+    if (s.member != member_ && Reachable(s)) return {Where::kPeer, s.member, s.http};
   }
   return {Where::kNowhere, "", ""};
 }
@@ -158,7 +181,9 @@ std::string ClusterMember::ClusterJson() const {
     } else {
       members.push_back(*local);
       std::sort(members.begin(), members.end(),
-                [](const cluster::MemberInfo& a, const cluster::MemberInfo& b) { return a.member < b.member; });
+                [](const cluster::MemberInfo& a, const cluster::MemberInfo& b) {
+                  return a.member < b.member;
+                });
     }
   }
   int64_t generation = 0;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,7 @@ class ClusterMember : public query::ClusterRouting {
   // query::ClusterRouting
   std::string Self() const override { return member_; }
   query::PartitionHome Home(uint32_t partition) const override;
+  void Unreachable(const std::string& member) override;
   std::string ClusterJson() const override;
   std::vector<std::pair<std::string, std::string>> Peers() const override;
 
@@ -83,6 +85,10 @@ class ClusterMember : public query::ClusterRouting {
   mutable std::mutex mu_;
   std::optional<cluster::MemberInfo> local_;  // guarded by mu_
   std::atomic<bool> ready_{false};
+  // Members a request got no answer from, with the wall time it failed:
+  // passed over by Home() while their latest record is older than that.
+  std::map<std::string, int64_t> unreachable_;  // guarded by mu_
+  bool Reachable(const cluster::MemberInfo& m) const;
 };
 
 // The applier's cluster options for `member` (which must outlive the

@@ -192,8 +192,8 @@ base::Result<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   // The mock also creates any topic a client asks for (4 partitions) and
   // offers no way to turn that off; tally's own topics are made here with
   // the partition counts tally expects.
-  for (std::string_view topic :
-       {base::kEventsTopic, base::kDeltasTopic, base::kDlqTopic, base::kMetaTopic, base::kMembersTopic}) {
+  for (std::string_view topic : {base::kEventsTopic, base::kDeltasTopic, base::kDlqTopic,
+                                 base::kMetaTopic, base::kMembersTopic}) {
     int n = topic == base::kMetaTopic || topic == base::kMembersTopic ? 1 : options.partitions;
     std::string name(topic);
     if (auto e = rd_kafka_mock_topic_create(rep->mock, name.c_str(), n, 1)) {

@@ -30,7 +30,10 @@ void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f) {
 
 void AddTopicFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->Repeated("input-topic", &f->input_topics, "input topic");
-  fs->String("group", &f->group, "consumer group holding the router's input offsets (tally aggregate's router joins it; tally up routes every partition without joining)");
+  fs->String("group", &f->group,
+             "the cluster (SPEC section 6): with --brokers, the routers' consumer group on the "
+             "input topics, and <group>-applier the appliers' (tally up without --brokers routes "
+             "and applies every partition without joining)");
 }
 
 void AddStateFlags(base::FlagSet* fs, CommonFlags* f) {

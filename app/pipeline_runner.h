@@ -50,7 +50,9 @@ class PipelineRunner {
   // Makes the applier a member of a cluster (PipelineOptions::cluster), for
   // a caller that learns its membership after making the runner. Before
   // the applier starts.
-  void SetCluster(aggregator::ApplierClusterOptions cluster) { options_.cluster = std::move(cluster); }
+  void SetCluster(aggregator::ApplierClusterOptions cluster) {
+    options_.cluster = std::move(cluster);
+  }
   // Stops and joins (the last window is applied). Idempotent. failed()
   // stays as it was until the next Start().
   void Stop();

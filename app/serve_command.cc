@@ -31,17 +31,19 @@ int RunServe(int argc, char** argv) {
   fs.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache shared by all partitions, MiB");
   AddHttpFlags(&fs, &http);
   std::string advertise;
-  fs.String("advertise", &advertise,
-            "with --brokers: answer as the cluster member reached at http://HOST:PORT, the address the "
-            "`tally aggregate --advertise` writing --state-dir was given (reads of partitions it does "
-            "not hold are asked of their owners)");
+  fs.String(
+      "advertise", &advertise,
+      "with --brokers: answer as the cluster member reached at http://HOST:PORT, the address the "
+      "`tally aggregate --advertise` writing --state-dir was given (reads of partitions it does "
+      "not hold are asked of their owners)");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
   const bool in_cluster = !advertise.empty();
   if (in_cluster && (f.brokers.empty() || !CheckAdvertise(advertise).ok())) {
-    return Fail(command,
-                base::Status::InvalidArgument(
-                    fmt::format("--advertise needs --brokers and must be http://HOST:PORT (is '{}')", advertise)),
-                kExitUsage);
+    return Fail(
+        command,
+        base::Status::InvalidArgument(fmt::format(
+            "--advertise needs --brokers and must be http://HOST:PORT (is '{}')", advertise)),
+        kExitUsage);
   }
   auto so = MakeServerOptions(http);
   if (!so.ok()) return Fail(command, so.status(), kExitUsage);
@@ -92,6 +94,8 @@ int RunServe(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = store->partitions();
   qo.auth_token = *token;
+  qo.cluster = member.get();
+  qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
   auto tier = StartHttpTier(f, http, *so, std::move(qo));

@@ -15,8 +15,8 @@
 #include "base/shutdown.h"
 #include "broker_control.h"
 #include "broker_process.h"
-#include "cluster_member.h"
 #include "cli.h"
+#include "cluster_member.h"
 #include "commands.h"
 #include "ingest/event_publisher.h"
 #include "pipeline.h"
@@ -81,12 +81,14 @@ int RunUp(int argc, char** argv) {
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");
-  fs.String("advertise", &advertise,
-            "with --brokers: where the other members of the cluster reach this one, http://HOST:PORT "
-            "(default: the --http address, with this machine's host name for 0.0.0.0)");
-  fs.Int("standbys", &standbys,
-         "with --brokers: hot copies of each partition kept by other members, for fail-over without a "
-         "restore");
+  fs.String(
+      "advertise", &advertise,
+      "with --brokers: where the other members of the cluster reach this one, http://HOST:PORT "
+      "(default: the --http address, with this machine's host name for 0.0.0.0)");
+  fs.Int(
+      "standbys", &standbys,
+      "with --brokers: hot copies of each partition kept by other members, for fail-over without a "
+      "restore");
   if (int rc = ParseFlagsOrExit(fs, command, argc, argv); rc >= 0) return rc;
   // With --brokers this process is a member of the cluster of every process
   // with the same --brokers and --group (SPEC section 6); without, a
@@ -94,11 +96,12 @@ int RunUp(int argc, char** argv) {
   const bool in_cluster = !f.brokers.empty();
   if (in_cluster && advertise.empty()) advertise = DefaultAdvertise(http.listen);
   if (standbys < 0 || (in_cluster && !CheckAdvertise(advertise).ok())) {
-    return Fail(command,
-                base::Status::InvalidArgument(
-                    fmt::format("--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')",
-                                advertise)),
-                kExitUsage);
+    return Fail(
+        command,
+        base::Status::InvalidArgument(fmt::format(
+            "--standbys must not be negative; --advertise must be http://HOST:PORT (is '{}')",
+            advertise)),
+        kExitUsage);
   }
   auto dir_lock = LockStateDir(f);  // first: held until the state is closed
   if (!dir_lock.ok()) return Fail(command, dir_lock.status());
@@ -172,9 +175,9 @@ int RunUp(int argc, char** argv) {
   // the group has settled).
   auto held_before = store::StateStore::PeekHeldPartitions(f.state_dir);
   if (!held_before.ok()) return Fail(command, held_before.status());
-  auto store_r = OpenState(f, cluster->deltas_partitions, false,
-                           in_cluster ? std::optional<std::vector<uint32_t>>(*held_before)
-                                      : std::nullopt);
+  auto store_r =
+      OpenState(f, cluster->deltas_partitions, false,
+                in_cluster ? std::optional<std::vector<uint32_t>>(*held_before) : std::nullopt);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
   if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
@@ -207,6 +210,9 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
+  // Any member answers everything; one process alone answers as itself.
+  qo.cluster = member.get();
+  qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));
   // Reads go on while the stages are started again on a replaced log; lag
   // and /healthz say why they are not to be trusted meanwhile.
   qo.ready = [&runner, &stage_failed, &member] {

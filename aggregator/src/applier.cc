@@ -73,7 +73,8 @@ struct Applier::Rep : public OwnershipListener {
   // (`owned` holds the same keys). Applier thread only.
   struct Held {
     bool owner = false;  // given by the group; else a standby
-    bool warm = false;   // a standby because this member gave it up, until its next owner has caught up
+    bool warm =
+        false;  // a standby because this member gave it up, until its next owner has caught up
     bool current = false;  // applied and committed up to the log's end as of when it came
     int64_t target = -1;   // that end; -1 until asked
   };
@@ -85,7 +86,8 @@ struct Applier::Rep : public OwnershipListener {
   int64_t last_publish_ms = 0;
   int64_t last_reconcile_ms = 0;
   uint64_t seen_directory_version = 0;
-  int64_t joined_wall_ms = 0;  // when the group first gave this member its partitions
+  int64_t joined_wall_ms = 0;        // when the group first gave this member its partitions
+  int64_t last_progress_log_ms = 0;  // restore progress is logged every 10 s
   cluster::MemberInfo last_published;
 
   Rep(ApplierOptions opts, store::StateStore* s)
@@ -107,7 +109,8 @@ struct Applier::Rep : public OwnershipListener {
         "tally_applier_duplicate_event_ids_total",
         "Deltas dropped because another record of an event with the same id was applied");
     windows_total = m.GetCounter("tally_applier_windows_total", "Partition windows committed");
-    global_partition = static_cast<int32_t>(schemas::PartitionOf(schemas::kGlobalEntity, store->partitions()));
+    global_partition =
+        static_cast<int32_t>(schemas::PartitionOf(schemas::kGlobalEntity, store->partitions()));
     corrupt_total = m.GetCounter("tally_applier_corrupt_batches_total", "Undecodable tally.deltas messages skipped");
     commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
   }
@@ -323,27 +326,28 @@ struct Applier::Rep : public OwnershipListener {
     }
   }
 
-
   // ---- In a cluster (ApplierOptions::cluster) ----
 
   // Assigns the consumer every partition applied here, each at the offset
   // its window goes on from.
   Status AssignApplied() {
     reassign = false;
-    base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(static_cast<int>(std::max<size_t>(owned.size(), 1))));
+    base::KafkaPartitionList parts(
+        rd_kafka_topic_partition_list_new(static_cast<int>(std::max<size_t>(owned.size(), 1))));
     for (const auto& [p, wa] : owned) {
       rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), p)->offset =
           wa->progress().next_deltas_offset;
     }
-    return base::Assign(consumer.get(), parts.get(), "assigning the deltas partitions applied here");
+    return base::Assign(consumer.get(), parts.get(),
+                        "assigning the deltas partitions applied here");
   }
 
   // Starts applying partition p here (opening or creating its state).
   Status StartApplying(int32_t p, bool owner) {
     TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(p)));
-    auto wa = std::make_unique<WindowApplier>(store->partition(static_cast<uint32_t>(p)), o.deltas_topic,
-                                              store->partitions(), store->options().viewed,
-                                              store->options().dedup_hours * 3600000LL);
+    auto wa = std::make_unique<WindowApplier>(
+        store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
+        store->options().viewed, store->options().dedup_hours * 3600000LL);
     TALLY_RETURN_IF_ERROR(wa->Load());
     TALLY_LOG_INFO(kLog, "{}/{}: applying from offset {} as {}", o.deltas_topic, p,
                    wa->progress().next_deltas_offset, owner ? "owner" : "standby");
@@ -363,7 +367,10 @@ struct Applier::Rep : public OwnershipListener {
     owned.erase(p);
     held.erase(p);
     reassign = true;
+    // Said first, so this member's own reads go to the owner before the
+    // partition is gone here.
     publish_due = true;
+    Publish(base::SteadyMs());
     return store->DropPartition(static_cast<uint32_t>(p));
   }
 
@@ -384,7 +391,8 @@ struct Applier::Rep : public OwnershipListener {
         continue;
       }
       if (Status st = StartApplying(s.partition, true); !st.ok() && cluster_failure.ok()) {
-        cluster_failure = st.WithContext(fmt::format("taking over {}/{}", o.deltas_topic, s.partition));
+        cluster_failure =
+            st.WithContext(fmt::format("taking over {}/{}", o.deltas_topic, s.partition));
       }
     }
   }
@@ -395,7 +403,8 @@ struct Applier::Rep : public OwnershipListener {
       if (h == held.end()) continue;
       h->second.owner = false;
       h->second.warm = true;
-      TALLY_LOG_INFO(kLog, "{}/{}: {}; applied here as a standby until its next owner has caught up",
+      TALLY_LOG_INFO(kLog,
+                     "{}/{}: {}; applied here as a standby until its next owner has caught up",
                      o.deltas_topic, p, how);
     }
     publish_due = true;
@@ -411,7 +420,9 @@ struct Applier::Rep : public OwnershipListener {
     GiveUp(partitions, "given up to another member");
   }
 
-  void Lost(const std::vector<int32_t>& partitions) override { GiveUp(partitions, "lost (session expired)"); }
+  void Lost(const std::vector<int32_t>& partitions) override {
+    GiveUp(partitions, "lost (session expired)");
+  }
 
   // Marks what has caught up with the end of its log as current.
   void UpdateCurrent() {
@@ -419,8 +430,8 @@ struct Applier::Rep : public OwnershipListener {
       if (h.current) continue;
       if (h.target < 0) {
         int64_t low = 0, high = -1;
-        if (rd_kafka_query_watermark_offsets(consumer.get(), o.deltas_topic.c_str(), p, &low, &high, 2000) !=
-            RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (rd_kafka_query_watermark_offsets(consumer.get(), o.deltas_topic.c_str(), p, &low, &high,
+                                             2000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
           continue;  // asked again at the next look
         }
         h.target = high;
@@ -443,7 +454,8 @@ struct Applier::Rep : public OwnershipListener {
     if (o.cluster.standbys <= 0) return want;
     std::vector<std::string> ids;
     for (const auto& m : members) ids.push_back(m.member);
-    if (std::find(ids.begin(), ids.end(), o.cluster.member) == ids.end()) ids.push_back(o.cluster.member);
+    if (std::find(ids.begin(), ids.end(), o.cluster.member) == ids.end())
+      ids.push_back(o.cluster.member);
     std::sort(ids.begin(), ids.end());
     for (uint32_t p = 0; p < store->partitions(); p++) {
       auto owner = o.cluster.directory->OwnerOf(static_cast<int32_t>(p));
@@ -470,14 +482,18 @@ struct Applier::Rep : public OwnershipListener {
       if (h.warm) {
         bool served_elsewhere = false;
         for (const auto& m : members) {
-          if (m.member != o.cluster.member && cluster::HasPartition(m.owns, p)) served_elsewhere = true;
+          if (m.member != o.cluster.member && cluster::HasPartition(m.owns, p))
+            served_elsewhere = true;
         }
         if (!served_elsewhere) continue;
         h.warm = false;
         publish_due = true;
         TALLY_LOG_INFO(kLog, "{}/{}: its new owner has caught up", o.deltas_topic, p);
       }
-      if (!want.count(p)) drop.push_back(p);
+      // A standby whose owner is gone (killed, not yet replaced) is what
+      // answers for the partition meanwhile: kept until a live member
+      // serves it as owner again.
+      if (!want.count(p) && o.cluster.directory->OwnerOf(p).has_value()) drop.push_back(p);
     }
     for (int32_t p : drop) TALLY_RETURN_IF_ERROR(StopApplying(p, "not owned nor a standby here"));
     // Copies left from before a restart that the group gave to others: dropped
@@ -496,8 +512,8 @@ struct Applier::Rep : public OwnershipListener {
             !cluster::HasPartition(m.owns, static_cast<int32_t>(p))) {
           continue;
         }
-        TALLY_LOG_INFO(kLog, "{}/{}: dropping the copy left from before ({} owns it)", o.deltas_topic, p,
-                       m.member);
+        TALLY_LOG_INFO(kLog, "{}/{}: dropping the copy left from before ({} owns it)",
+                       o.deltas_topic, p, m.member);
         TALLY_RETURN_IF_ERROR(store->DropPartition(p));
         break;
       }
@@ -515,8 +531,8 @@ struct Applier::Rep : public OwnershipListener {
     for (const auto& [p, h] : held) {
       if (!h.current) {
         const WindowApplier& wa = *owned.at(p);
-        info.restoring.push_back(
-            cluster::RestoringPartition{p, wa.progress().next_deltas_offset, std::max<int64_t>(h.target, 0)});
+        info.restoring.push_back(cluster::RestoringPartition{p, wa.progress().next_deltas_offset,
+                                                             std::max<int64_t>(h.target, 0)});
       } else if (h.owner) {
         info.owns.push_back(p);
       } else {
@@ -546,7 +562,8 @@ struct Applier::Rep : public OwnershipListener {
     const int64_t now = base::SteadyMs();
     ownership->Poll(0);
     if (!cluster_failure.ok()) return cluster_failure;
-    if (now - last_reconcile_ms >= 200 || o.cluster.directory->Version() != seen_directory_version) {
+    if (now - last_reconcile_ms >= 200 ||
+        o.cluster.directory->Version() != seen_directory_version) {
       last_reconcile_ms = now;
       seen_directory_version = o.cluster.directory->Version();
       UpdateCurrent();
@@ -554,6 +571,17 @@ struct Applier::Rep : public OwnershipListener {
     }
     if (reassign) TALLY_RETURN_IF_ERROR(AssignApplied());
     Publish(now);
+    if (now - last_progress_log_ms >= 10000) {
+      last_progress_log_ms = now;
+      for (const auto& [p, h] : held) {
+        if (h.current || h.target < 0) continue;
+        const int64_t at = owned[p]->progress().next_deltas_offset;
+        TALLY_LOG_INFO(
+            kLog, "{}/{}: restoring as {}: offset {} of {} ({:.0f} %)", o.deltas_topic, p,
+            h.owner ? "owner" : "standby", at, h.target,
+            h.target > 0 ? 100.0 * static_cast<double>(at) / static_cast<double>(h.target) : 100.0);
+      }
+    }
     return Status::Ok();
   }
 
@@ -562,8 +590,8 @@ struct Applier::Rep : public OwnershipListener {
     auto count = base::PartitionCount(consumer.get(), o.deltas_topic, 30000);
     if (!count.ok()) return count.status().WithContext("applier");
     if (static_cast<uint32_t>(*count) != store->partitions()) {
-      return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}", o.deltas_topic,
-                                                    *count, store->partitions()));
+      return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}",
+                                                    o.deltas_topic, *count, store->partitions()));
     }
     OwnershipOptions oo;
     oo.kafka = o.kafka;
@@ -574,7 +602,8 @@ struct Applier::Rep : public OwnershipListener {
     auto own = DeltasOwnership::Start(oo, this);
     if (!own.ok()) return own.status();
     ownership = std::move(own).value();
-    TALLY_LOG_INFO(kLog, "joining the group {}-applier as member {} ({})", o.group, o.cluster.member, o.cluster.http);
+    TALLY_LOG_INFO(kLog, "joining the group {}-applier as member {} ({})", o.group,
+                   o.cluster.member, o.cluster.http);
     // The global partition is applied on every member from the start.
     TALLY_RETURN_IF_ERROR(StartApplying(global_partition, false));
     return AssignApplied();

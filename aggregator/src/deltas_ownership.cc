@@ -132,7 +132,8 @@ void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_
     TALLY_LOG_ERROR(kComponent, "{}", st.message());
   }
   if (!options.fetch) {
-    if (rd_kafka_resp_err_t err = rd_kafka_pause_partitions(rk, parts); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (rd_kafka_resp_err_t err = rd_kafka_pause_partitions(rk, parts);
+        err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       TALLY_LOG_WARN(kComponent, "pausing the owned partitions: {}", rd_kafka_err2str(err));
     }
   }

@@ -145,12 +145,12 @@ TEST_F(KafkaSettingsTest, EveryClientOfEveryCommandGetsTheKafkaSettings) {
   auto up = Run({"up", "--state-dir", state, "--partitions", "2", "--http",
                  "127.0.0.1:" + std::to_string(FreePort())},
                 12, false);
-  EXPECT_EQ(up, (std::set<std::string>{"rdkafka#consumer", "tally-admin#producer", "tally-probe#producer",
-                                       "rdkafka#producer", "tally-watermarks#consumer",
-                                       "tally-router#producer", "tally-router#consumer",
-                                       "tally-applier#producer", "tally-applier#consumer",
-                                       "tally-applier-group#consumer", "tally-members#producer",
-                                       "tally-members#consumer"}));
+  EXPECT_EQ(
+      up, (std::set<std::string>{
+              "rdkafka#consumer", "tally-admin#producer", "tally-probe#producer",
+              "rdkafka#producer", "tally-watermarks#consumer", "tally-router#producer",
+              "tally-router#consumer", "tally-applier#producer", "tally-applier#consumer",
+              "tally-applier-group#consumer", "tally-members#producer", "tally-members#consumer"}));
 
   // aggregate: probe, admin, router and applier producers and consumers, health probe.
   EXPECT_EQ(Run({"aggregate", "--state-dir", dir_ + "/state-agg", "--partitions", "2"}, 7, false),

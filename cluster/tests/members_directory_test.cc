@@ -10,15 +10,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
-
-#include <chrono>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/kafka.h"
@@ -156,7 +155,8 @@ TEST_F(MembersDirectoryTest, GroupsSharingTheTopicAreApart) {
   b->Publish(Info({1}, 1));
   other_a->Publish(Info({0, 1}, 7));
   plain->Publish(Info({2}, 1));
-  ASSERT_TRUE(b->WaitFor([](const auto& live) { return Has(live, "a") && Has(live, "b"); }, kSeeMs));
+  ASSERT_TRUE(
+      b->WaitFor([](const auto& live) { return Has(live, "a") && Has(live, "b"); }, kSeeMs));
   ASSERT_TRUE(other_a->WaitFor([](const auto& live) { return Has(live, "a"); }, kSeeMs));
   ASSERT_TRUE(plain->WaitFor([](const auto& live) { return Has(live, "c"); }, kSeeMs));
   // Everything is written by now; give the readers a moment more.

@@ -143,6 +143,7 @@ std::optional<Response> QueryService::RouteElsewhere(const Request& request, uin
   PeerResponse answer =
       peers_->Get(home.http, request.target, {}, PeerClient::In(options_.peer_timeout_ms));
   if (!answer.ok()) {
+    options_.cluster->Unreachable(home.member);
     return PartitionMoving(p, fmt::format("{} did not answer: {}", home.member, answer.error));
   }
   return PassThrough(answer, home.member);
@@ -191,6 +192,7 @@ std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> id
     const Part& part = parts[k];
     const PeerResponse& a = answers[k];
     if (!a.ok()) {
+      options_.cluster->Unreachable(part.home.member);
       return PartitionMoving(part.partition,
                              fmt::format("{} did not answer: {}", part.home.member, a.error));
     }
@@ -249,6 +251,7 @@ std::optional<Response> QueryService::UserPostsFromPeers(const std::vector<uint6
   for (size_t i = 0; i < users.size(); i++) {
     const PeerResponse& a = answers[i];
     if (!a.ok()) {
+      options_.cluster->Unreachable(peer_of[i]);
       return PartitionMoving(partition_of[i],
                              fmt::format("{} did not answer: {}", peer_of[i], a.error));
     }
@@ -314,8 +317,10 @@ std::optional<Response> QueryService::CurrentFolloweePostsOfOwner(
   PeerResponse a =
       peers_->Get(home.http, fmt::format("/v1/users/{}/feed/snapshot?current=true", user_id), {},
                   PeerClient::In(options_.peer_timeout_ms));
-  if (!a.ok())
+  if (!a.ok()) {
+    options_.cluster->Unreachable(home.member);
     return PartitionMoving(p, fmt::format("{} did not answer: {}", home.member, a.error));
+  }
   if (a.status != 200) return PassThrough(a, home.member);
   nlohmann::json j = nlohmann::json::parse(a.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("followees") ||

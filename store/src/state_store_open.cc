@@ -210,9 +210,9 @@ Result<std::vector<uint32_t>> StateStore::PeekHeldPartitions(const std::string& 
     std::error_code ec;
     const std::string path = (std::filesystem::path(dir) / PartitionDirName(p)).string();
     if (!std::filesystem::is_directory(path, ec)) {
-      return Status::Corruption(
-          fmt::format("{} does not exist, but the state held partition {}: the state directory is damaged", path,
-                      p));
+      return Status::Corruption(fmt::format(
+          "{} does not exist, but the state held partition {}: the state directory is damaged",
+          path, p));
     }
   }
   return out;

@@ -31,16 +31,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include <functional>
-
 #include "aggregator/defaults.h"
-#include "cluster/member_info.h"
-#include "cluster/members_directory.h"
 #include "base/kafka.h"
 #include "base/status.h"
+#include "cluster/member_info.h"
+#include "cluster/members_directory.h"
 #include "store/state_store.h"
 
 namespace tally::aggregator {

@@ -55,6 +55,11 @@ class ClusterRouting {
   // member is still restoring.
   virtual PartitionHome Home(uint32_t partition) const = 0;
 
+  // A request to `member` got no answer (refused, reset, deadline): the
+  // member may have died before the directory knows. Home() routes around
+  // it (to a current standby, else nowhere) until it is heard of again.
+  virtual void Unreachable(const std::string& member) { (void)member; }
+
   // The body of GET /v1/cluster (SPEC section 6), rendered.
   virtual std::string ClusterJson() const = 0;
 

@@ -371,8 +371,8 @@ class StateStore {
   // What the last writer of `dir` held, ascending, without opening the
   // state: HELD, or every partition of an older state without the file,
   // or none when there is no state (no TALLY file). Corruption if TALLY or
-  // HELD cannot be read, or a partition they name has no directory. A cluster member opens these at start, so a
-  // damaged copy stops it there as it stops a single process.
+  // HELD cannot be read, or a partition they name has no directory. A cluster member opens these at
+  // start, so a damaged copy stops it there as it stops a single process.
   static base::Result<std::vector<uint32_t>> PeekHeldPartitions(const std::string& dir);
   // Records `identity` in TALLY (atomically, by rename). Not for read_only.
   base::Status RecordCluster(const std::string& identity);

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""What a remote read costs in a cluster, against a local one.
+
+Starts `tally broker` and two members (`tally up --brokers`, one group,
+--partitions 4), fills them with --events generated events, and picks post
+ids that member A answers from its own state (X-Tally-Member is A) and ids
+it asks member B for. Then wrk drives GET /v1/posts/{id}/counts at A, for
+local ids and for remote ids in turn (--runs each, alternating,
+--seconds each, --connections keep-alive connections), while the CPU time
+(utime + stime, /proc/<pid>/stat) of both members is read before and after.
+Prints requests/s and CPU microseconds per request of A, of B and of both,
+and the ratio remote/local, as medians over the runs.
+
+  python3 tests/bench/cluster_read_cost.py --tally build/tally [--runs 3] [--seconds 10]
+"""
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+
+import tallyctl  # noqa: E402
+from tallyctl import log  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+WRK_SCRIPT = """
+local paths = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1])
+end
+"""
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def wrk(url, script, seconds, connections):
+    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", "%ds" % seconds, "-s", script,
+                          url], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"(\d+) requests in", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return int(m.group(1)), int(non2xx.group(1)) if non2xx else 0
+
+
+def main():
+    def extra(ap):
+        ap.add_argument("--runs", type=int, default=3, help="runs of each kind, alternating")
+        ap.add_argument("--seconds", type=int, default=10, help="length of a run")
+        ap.add_argument("--connections", type=int, default=8, help="wrk's keep-alive connections")
+        ap.add_argument("--events", type=int, default=200000, help="generated events to fill the state")
+
+    args = tallyctl.parse_args(__doc__, extra)
+    with tallyctl.Harness(args, "cluster_read_cost", default_seed=7) as h:
+        broker, brokers = h.start_broker(partitions=4)
+        members = []
+        for name in ("a", "b"):
+            port = tallyctl.free_port()
+            proc, client = h.start_up(brokers, h.path("state-" + name), port, partitions=4,
+                                      log_name="up-%s.log" % name, extra=["--group", "bench"])
+            members.append((proc, client, "127.0.0.1:%d" % port))
+        (pa, ca, a), (pb, cb, b) = members
+        gen = subprocess.run([h.tally, "produce", "--brokers", brokers, "--gen", str(args.events),
+                              "--users", "1000", "--posts", "1000", "--seed", str(h.seed)],
+                             capture_output=True, text=True, check=True)
+        log(gen.stdout.strip() or gen.stderr.strip())
+
+        def settled():
+            r = ca.try_get("/v1/watermarks")
+            return r is not None and r.status == 200 and r.json()["lag"] == 0
+        tallyctl.wait_until("both members to apply everything", settled, timeout=180)
+        local, remote = [], []
+        for pid in range(1, 1001):
+            r = ca.get("/v1/posts/%d/counts" % pid)
+            who = r.headers.get("x-tally-member")
+            (local if who == a else remote if who == b else []).append("/v1/posts/%d/counts" % pid)
+        log("A (%s) answers %d of 1000 posts itself and asks B (%s) for %d" % (a, len(local), b, len(remote)))
+        if len(local) < 50 or len(remote) < 50:
+            raise tallyctl.TestFailure("the partitions are not split between the members")
+        scripts = {}
+        for kind, paths in (("local", local), ("remote", remote)):
+            fd, path = tempfile.mkstemp(suffix=".lua", dir=h.path())
+            with os.fdopen(fd, "w") as f:
+                f.write(WRK_SCRIPT % ", ".join('"%s"' % p for p in paths[:200]))
+            scripts[kind] = path
+        results = {"local": [], "remote": []}
+        for run in range(args.runs):
+            for kind in ("local", "remote"):
+                ta, tb = cpu_seconds(pa.pid), cpu_seconds(pb.pid)
+                t0 = time.monotonic()
+                n, bad = wrk("http://%s" % a, scripts[kind], args.seconds, args.connections)
+                wall = time.monotonic() - t0
+                da, db = cpu_seconds(pa.pid) - ta, cpu_seconds(pb.pid) - tb
+                if bad:
+                    raise tallyctl.TestFailure("%d answers other than 200 in a %s run" % (bad, kind))
+                row = (n / wall, da / n * 1e6, db / n * 1e6, (da + db) / n * 1e6)
+                results[kind].append(row)
+                log("run %d %-6s: %7.0f req/s, CPU per request A %.1f us, B %.1f us, both %.1f us" % (
+                    run + 1, kind, *row))
+        print()
+        print("| reads at A of | requests/s | CPU/request A | CPU/request B | CPU/request both |")
+        print("|---|---|---|---|---|")
+        med = {}
+        for kind in ("local", "remote"):
+            cols = list(zip(*results[kind]))
+            med[kind] = [statistics.median(c) for c in cols]
+            print("| %s ids | %.0f | %.1f us | %.1f us | %.1f us |" % (kind, *med[kind]))
+        print()
+        print("remote / local, CPU of both members per request: %.1fx (medians of %d runs of %d s, "
+              "%d connections)" % (med["remote"][3] / med["local"][3], args.runs, args.seconds, args.connections))
+        for proc, _, _ in members:
+            proc.stop(grace=30)
+
+
+if __name__ == "__main__":
+    main()
