@@ -237,7 +237,7 @@ class Cluster:
                     self.moving_seen += 1
                     moving = odd.setdefault(None, {})
                     at = time.monotonic()
-                    moving.setdefault(m.name, [0, at, at, path])
+                    moving.setdefault(m.name, [0, at, at, "%s: %s" % (path, r.text()[:240])])
                     moving[m.name][0] += 1
                     moving[m.name][2] = at
                 else:
