@@ -28,8 +28,11 @@ twice), fed the same records with the same keys. Its answers are checked
 against event_model's Model where that model reaches (counts, like edges,
 four unread kinds) and every member's answer must equal the reference's
 byte for byte, carrying an X-Tally-Member header that names live members.
-While the group moves, reads are sampled on every live member: each must be
-200, or 503 `partition_moving` with Retry-After, never anything else.
+While the group moves, reads are sampled on every live member (and from a
+joining member's start): each must be 200 naming running members, or 503
+`partition_moving` with Retry-After, never anything else; and after the
+first formation, when every partition has a current standby, not even
+that (SPEC section 6: a current standby or old owner answers meanwhile).
 
   python3 e2e_cluster.py --tally build/tally [--seed N] [--work-dir DIR]
 """
