@@ -39,6 +39,8 @@ struct Applier::Rep : public OwnershipListener {
   // another fails, so the log says once when the first fails and once when
   // the last is written.
   std::atomic<int> failing_windows{0};
+  std::atomic<int64_t> last_failure_end_ms{
+      0};  // steady clock; when the last failing window got written
   int64_t last_flush_ms = 0;
   const std::atomic<bool>* stop = nullptr;
 
@@ -288,6 +290,7 @@ struct Applier::Rep : public OwnershipListener {
         commit_seconds->Observe((base::SteadyMs() - t) / 1000.0);
         windows_total->Inc();
         if (attempts > 0 && failing_windows.fetch_sub(1) == 1) {
+          last_failure_end_ms.store(base::SteadyMs());
           TALLY_LOG_WARN(kLog,
                          "{}/{}: window up to offset {} committed after {:.1f} s of failed writes "
                          "({} attempts); "
@@ -301,9 +304,15 @@ struct Applier::Rep : public OwnershipListener {
       int64_t now = base::SteadyMs();
       if (attempts == 1) reporting = failing_windows.fetch_add(1) == 0;
       if (attempts == 1 || now - last_log_ms >= 60000) last_log_ms = now;
+      // A disk that refuses writes again within a minute of letting one
+      // through (RocksDB gives back a preallocated WAL file when it reopens
+      // a partition, and the next window takes it) is the same fault: one
+      // ERROR for it, the rest at WARN.
+      const int64_t ended = last_failure_end_ms.load();
+      const bool again = attempts == 1 && ended != 0 && now - ended < 60000;
       if (reporting && last_log_ms == now) {
-        TALLY_LOG_ERROR(
-            kLog,
+        TALLY_LOG_AT(
+            again ? base::LogLevel::kWarn : base::LogLevel::kError, kLog,
             "{}/{}: cannot commit the window up to offset {} ({}); the state stays at offset {}, "
             "retrying with backoff, reads are still served{}",
             o.deltas_topic, p, wa->sealed_next_offset() - 1, st.message(), wa->committed_offset(),

@@ -98,6 +98,23 @@ bool IntField(const nlohmann::json& j, const char* name, int64_t* out) {
 
 }  // namespace
 
+namespace {
+// Set when a peer asked during the request on this thread gave no answer
+// (Dispatch runs a read once more: routing now goes around that peer).
+thread_local bool t_peer_failed = false;
+}  // namespace
+
+void QueryService::PeerDidNotAnswer(const std::string& member) {
+  t_peer_failed = true;
+  options_.cluster->Unreachable(member);
+}
+
+bool QueryService::TakePeerFailed() {
+  bool failed = t_peer_failed;
+  t_peer_failed = false;
+  return failed;
+}
+
 std::string QueryService::SelfId() const {
   return options_.cluster != nullptr ? options_.cluster->Self() : options_.member;
 }
@@ -143,7 +160,7 @@ std::optional<Response> QueryService::RouteElsewhere(const Request& request, uin
   PeerResponse answer =
       peers_->Get(home.http, request.target, {}, PeerClient::In(options_.peer_timeout_ms));
   if (!answer.ok()) {
-    options_.cluster->Unreachable(home.member);
+    PeerDidNotAnswer(home.member);
     return PartitionMoving(p, fmt::format("{} did not answer: {}", home.member, answer.error));
   }
   return PassThrough(answer, home.member);
@@ -192,7 +209,7 @@ std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> id
     const Part& part = parts[k];
     const PeerResponse& a = answers[k];
     if (!a.ok()) {
-      options_.cluster->Unreachable(part.home.member);
+      PeerDidNotAnswer(part.home.member);
       return PartitionMoving(part.partition,
                              fmt::format("{} did not answer: {}", part.home.member, a.error));
     }
@@ -251,7 +268,7 @@ std::optional<Response> QueryService::UserPostsFromPeers(const std::vector<uint6
   for (size_t i = 0; i < users.size(); i++) {
     const PeerResponse& a = answers[i];
     if (!a.ok()) {
-      options_.cluster->Unreachable(peer_of[i]);
+      PeerDidNotAnswer(peer_of[i]);
       return PartitionMoving(partition_of[i],
                              fmt::format("{} did not answer: {}", peer_of[i], a.error));
     }
@@ -318,7 +335,7 @@ std::optional<Response> QueryService::CurrentFolloweePostsOfOwner(
       peers_->Get(home.http, fmt::format("/v1/users/{}/feed/snapshot?current=true", user_id), {},
                   PeerClient::In(options_.peer_timeout_ms));
   if (!a.ok()) {
-    options_.cluster->Unreachable(home.member);
+    PeerDidNotAnswer(home.member);
     return PartitionMoving(p, fmt::format("{} did not answer: {}", home.member, a.error));
   }
   if (a.status != 200) return PassThrough(a, home.member);

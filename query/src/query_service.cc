@@ -205,7 +205,11 @@ Response QueryService::Dispatch(const Request& request, int* route_slot) {
   if (request.body_too_large) {
     return ProtocolError(413, "request body is larger than the server's limit");
   }
-  if (route.needs_ready && options_.ready && !options_.ready()) {
+  // A peer forwards a read here only for a partition this member says it
+  // serves current (the directory): answered even while this member's own
+  // start is not over (it restores other partitions, or waits for its group).
+  const bool asked_by_peer = options_.cluster != nullptr && !request.forwarded.empty();
+  if (route.needs_ready && options_.ready && !asked_by_peer && !options_.ready()) {
     return ProtocolError(503, "not ready: the state is still being opened or caught up");
   }
   if (route.needs_auth && !options_.auth_token.empty() &&
@@ -219,7 +223,14 @@ Response QueryService::Dispatch(const Request& request, int* route_slot) {
       return BadId(m.param_name[i], m.param[i]);
     }
   }
-  return (this->*route.handler)(request, m);
+  TakePeerFailed();
+  Response r = (this->*route.handler)(request, m);
+  // A read that found a peer dead (killed, its record not expired yet)
+  // runs once more: routing now goes around it, to a current standby.
+  if (r.status == 503 && request.method == "GET" && TakePeerFailed()) {
+    r = (this->*route.handler)(request, m);
+  }
+  return r;
 }
 
 Response QueryService::HandleHealthz(const Request&, const Match&) {

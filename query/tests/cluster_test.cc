@@ -370,11 +370,31 @@ TEST_F(ClusterTest, ForwardedRequestForAPartitionNotHeldIsNeverForwardedAgain) {
     EXPECT_EQ(z.Connections(), 0) << target << ": forwarded again";
   }
   // Not forwarded, the same request does go to "z" (and, unanswered, is
-  // partition_moving too, after the peer timeout).
+  // partition_moving too, after the peer timeout: "z" is reported
+  // unreachable and nobody else serves the partition).
   PeerResponse a = Get(&Of("a"), fmt::format("/v1/posts/{}/counts", post));
   ASSERT_TRUE(a.ok()) << a.error;
   EXPECT_EQ(a.status, 503);
   EXPECT_NE(a.body.find("partition_moving"), std::string::npos) << a.body;
+  EXPECT_EQ(z.Connections(), 1);
+  EXPECT_EQ(routing->Unreachables(), (std::vector<std::string>{"z"}));
+}
+
+// An owner that does not answer (killed, still in the directory): the read
+// is asked once more where routing now says, a current standby, and answered.
+TEST_F(ClusterTest, AReadGoesToAStandbyWhenTheOwnerDoesNotAnswer) {
+  SilentPeer z;
+  FixedRouting* routing = members_[0].routing.get();
+  routing->Set(b_part_, "z");
+  routing->SetUrl("z", z.url());
+  routing->SetFallback(b_part_, "b");
+  const uint64_t post = IdsIn(b_part_, 1, 1)[0];
+  const std::string target = fmt::format("/v1/posts/{}/counts", post);
+  PeerResponse a = Get(&Of("a"), target);
+  ASSERT_TRUE(a.ok()) << a.error;
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.Header("X-Tally-Member"), "b");
+  EXPECT_EQ(a.body, Get(&Of("b"), target).body);
   EXPECT_EQ(z.Connections(), 1);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,20 @@ class FixedRouting : public ClusterRouting {
     std::lock_guard<std::mutex> lock(mu_);
     owner_[partition] = std::move(member);
   }
+  // Where `partition` is read once its owner was reported unreachable (a
+  // current standby); without one, nowhere.
+  void SetFallback(uint32_t partition, std::string member) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fallback_[partition] = std::move(member);
+  }
+  std::vector<std::string> Unreachables() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {unreachable_.begin(), unreachable_.end()};
+  }
+  void Unreachable(const std::string& member) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    unreachable_.insert(member);
+  }
   void SetUrl(const std::string& member, std::string url) {
     std::lock_guard<std::mutex> lock(mu_);
     urls_[member] = std::move(url);
@@ -34,6 +49,10 @@ class FixedRouting : public ClusterRouting {
     std::lock_guard<std::mutex> lock(mu_);
     PartitionHome h;
     auto it = owner_.find(partition);
+    if (it != owner_.end() && unreachable_.count(it->second)) {
+      it = fallback_.find(partition);
+      if (it == fallback_.end()) it = owner_.end();
+    }
     if (it == owner_.end() || it->second.empty()) {
       h.where = PartitionHome::Where::kNowhere;
     } else if (it->second == self_) {
@@ -61,6 +80,8 @@ class FixedRouting : public ClusterRouting {
   mutable std::mutex mu_;
   std::map<uint32_t, std::string> owner_;
   std::map<std::string, std::string> urls_;
+  std::map<uint32_t, std::string> fallback_;
+  std::set<std::string> unreachable_;
 };
 
 }  // namespace tally::query::testing

@@ -219,6 +219,11 @@ class QueryService {
   // A request for `entity`'s partition that is not read here: the peer's
   // answer (forwarded), or 503 partition_moving. nullopt: read it here.
   std::optional<Response> RouteElsewhere(const Request& request, uint64_t entity);
+  // A peer asked for this request gave no answer: tells the routing
+  // (ClusterRouting::Unreachable) and marks the request on this thread.
+  void PeerDidNotAnswer(const std::string& member);
+  // Whether PeerDidNotAnswer() ran on this thread since the last call; clears it.
+  static bool TakePeerFailed();
   // The answer for a local read that failed with `status`: a partition not
   // held (a move raced the read) is 503 partition_moving.
   Response ReadFailed(const base::Status& status, std::string_view context);
