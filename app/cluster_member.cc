@@ -81,6 +81,7 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
   {
     std::lock_guard<std::mutex> l(mu_);
     local_ = copy;
+    local_version_++;
   }
   directory_->Publish(copy);
   if (!ready_.load() && copy.generation > 0 && copy.restoring.empty()) {
@@ -110,6 +111,7 @@ void ClusterMember::Unreachable(const std::string& member) {
   std::lock_guard<std::mutex> l(mu_);
   const int64_t now = base::WallMs();
   auto [it, inserted] = unreachable_.try_emplace(member, now);
+  local_version_++;
   if (inserted || now - it->second > 10000) {
     TALLY_LOG_WARN("cluster",
                    "member {} does not answer; its partitions are read from standbys until it is "
@@ -119,29 +121,61 @@ void ClusterMember::Unreachable(const std::string& member) {
   it->second = now;
 }
 
-bool ClusterMember::Reachable(const cluster::MemberInfo& m) const {
-  std::lock_guard<std::mutex> l(mu_);
+bool ClusterMember::ReachableLocked(const cluster::MemberInfo& m) const {
   auto it = unreachable_.find(m.member);
   return it == unreachable_.end() || m.ts_ms > it->second;
 }
 
-query::PartitionHome ClusterMember::Home(uint32_t partition) const {
+void ClusterMember::RebuildHomesLocked(uint32_t partitions) const {
   using Where = query::PartitionHome::Where;
-  const auto p = static_cast<int32_t>(partition);
-  // What this member holds current is read here, also as a standby: a
-  // standby is as current as its owner (both apply the log as it comes)
-  // and a local read costs a twentieth of a remote one.
-  if (auto local = Local(); local && (cluster::HasPartition(local->owns, p) ||
-                                      cluster::HasPartition(local->standby, p))) {
-    return {Where::kHere, member_, options_.advertise};
+  // What this member holds: as published here, else (tally serve) its record.
+  std::optional<cluster::MemberInfo> local = local_;
+  std::vector<cluster::MemberInfo> members = directory_->Snapshot();
+  if (!local) {
+    for (auto& m : members) {
+      if (m.member == member_) local = m;
+    }
   }
-  if (auto owner = directory_->OwnerOf(p); owner && owner->member != member_ && Reachable(*owner)) {
-    return {Where::kPeer, owner->member, owner->http};
+  homes_.assign(partitions, query::PartitionHome{Where::kNowhere, "", ""});
+  for (uint32_t i = 0; i < partitions; i++) {
+    const auto p = static_cast<int32_t>(i);
+    // What this member holds current is read here, also as a standby: a
+    // standby is as current as its owner (both apply the log as it comes)
+    // and a local read costs a twentieth of a remote one.
+    if (local &&
+        (cluster::HasPartition(local->owns, p) || cluster::HasPartition(local->standby, p))) {
+      homes_[i] = {Where::kHere, "", ""};
+      continue;
+    }
+    if (auto owner = directory_->OwnerOf(p);
+        owner && owner->member != member_ && ReachableLocked(*owner)) {
+      homes_[i] = {Where::kPeer, owner->member, owner->http};
+      continue;
+    }
+    for (auto& s : directory_->CurrentStandbysOf(p)) {
+      if (s.member != member_ && ReachableLocked(s)) {
+        homes_[i] = {Where::kPeer, s.member, s.http};
+        break;
+      }
+    }
   }
-  for (auto& s : directory_->CurrentStandbysOf(p)) {
-    if (s.member != member_ && Reachable(s)) return {Where::kPeer, s.member, s.http};
+}
+
+query::PartitionHome ClusterMember::Home(uint32_t partition) const {
+  const uint64_t version = directory_->Version();
+  const int64_t now = base::SteadyMs();
+  std::lock_guard<std::mutex> l(mu_);
+  // Also every second without a change: a member's record expires without
+  // one (the directory counts an expiry once it has seen it) and an
+  // unreachable member is forgiven by its next record's time.
+  if (version != homes_directory_version_ || local_version_ != homes_local_version_ ||
+      now - homes_built_ms_ >= 1000 || partition >= homes_.size()) {
+    RebuildHomesLocked(std::max<uint32_t>(partition + 1, static_cast<uint32_t>(homes_.size())));
+    homes_directory_version_ = version;
+    homes_local_version_ = local_version_;
+    homes_built_ms_ = now;
   }
-  return {Where::kNowhere, "", ""};
+  return homes_[partition];
 }
 
 std::vector<std::pair<std::string, std::string>> ClusterMember::Peers() const {

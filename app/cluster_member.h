@@ -88,7 +88,17 @@ class ClusterMember : public query::ClusterRouting {
   // Members a request got no answer from, with the wall time it failed:
   // passed over by Home() while their latest record is older than that.
   std::map<std::string, int64_t> unreachable_;  // guarded by mu_
-  bool Reachable(const cluster::MemberInfo& m) const;
+  bool ReachableLocked(const cluster::MemberInfo& m) const;
+
+  // Home() of every partition, computed again when the directory's view,
+  // what this member holds or the unreachable members change, so that a
+  // request costs a look-up (no copy of the directory).
+  mutable std::vector<query::PartitionHome> homes_;   // guarded by mu_
+  mutable uint64_t homes_directory_version_ = ~0ull;  // guarded by mu_
+  mutable uint64_t local_version_ = 0;            // guarded by mu_; bumped by Publish, Unreachable
+  mutable uint64_t homes_local_version_ = ~0ull;  // guarded by mu_
+  mutable int64_t homes_built_ms_ = 0;            // guarded by mu_; steady clock
+  void RebuildHomesLocked(uint32_t partitions) const;
 };
 
 // The applier's cluster options for `member` (which must outlive the

@@ -226,7 +226,9 @@ struct Applier::Rep : public OwnershipListener {
       derived_pending = true;
     }
     for (auto& [p, wa] : owned) {
-      if (!wa->window_dirty()) continue;
+      // A window still sealed is one whose write failed when the applier
+      // was told to stop; it is redone on restart.
+      if (!wa->window_dirty() || wa->sealed()) continue;
       writer.Seal(p, wa.get());
     }
     for (auto& [p, wa] : owned) {
@@ -422,10 +424,13 @@ struct Applier::Rep : public OwnershipListener {
 
   void Revoked(const std::vector<int32_t>& partitions) override {
     // The windows applied as owner are committed (and their derived deltas
-    // acknowledged) before the group hands the partitions on.
-    Status st = FlushAll();
-    if (st.ok()) st = FinishCommits();
-    if (!st.ok() && cluster_failure.ok()) cluster_failure = st;
+    // acknowledged) before the group hands the partitions on. At a stop
+    // Run() has done that already (or given up on a failing disk).
+    if (!stop->load()) {
+      Status st = FlushAll();
+      if (st.ok()) st = FinishCommits();
+      if (!st.ok() && cluster_failure.ok()) cluster_failure = st;
+    }
     GiveUp(partitions, "given up to another member");
   }
 
@@ -446,7 +451,12 @@ struct Applier::Rep : public OwnershipListener {
         h.target = high;
       }
       const WindowApplier& wa = *owned[p];
-      if (wa.committed_offset() >= h.target) {
+      // Applied to the end but not written because the store refuses
+      // writes (a full or failing disk): the member serves what it has, as
+      // one process does on a full disk, and /healthz says why.
+      const bool stalled_by_disk =
+          wa.progress().next_deltas_offset >= h.target && !store->WriteProblem().empty();
+      if (wa.committed_offset() >= h.target || stalled_by_disk) {
         h.current = true;
         publish_due = true;
         TALLY_LOG_INFO(kLog, "{}/{}: caught up at offset {}; served here as {}", o.deltas_topic, p,

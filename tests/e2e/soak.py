@@ -251,17 +251,23 @@ class Reader(threading.Thread):
 
 
 def http_statuses(client):
-    """{status code: count} from tally_http_requests_total."""
+    """{status code: count} from tally_http_requests_total, /healthz left
+    out: the start polls it, and a cluster member answers 503 there until
+    the group has given it its partitions."""
     r = client.get("/metrics")
     out = {}
     for line in r.text().splitlines():
         if line.startswith("tally_http_requests_total{"):
             labels, value = line.rsplit(" ", 1)
+            fields = {}
             for part in labels[labels.index("{") + 1:labels.rindex("}")].split(","):
                 k, _, v = part.partition("=")
-                if k.strip() in ("code", "status"):
-                    code = v.strip().strip('"')
-                    out[code] = out.get(code, 0) + int(float(value))
+                fields[k.strip()] = v.strip().strip('"')
+            if fields.get("route") == "healthz":
+                continue
+            code = fields.get("code", fields.get("status"))
+            if code is not None:
+                out[code] = out.get(code, 0) + int(float(value))
     return out
 
 
