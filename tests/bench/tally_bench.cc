@@ -111,23 +111,6 @@ struct Flags {
   std::vector<std::string> up_args;  // extra flags for tally up
 };
 
-// One workload's outcome. NaN means "not measured".
-struct Result_ {
-  std::string workload;
-  std::string unit;
-  double value = NAN;  // throughput in `unit`
-  double p50_ms = NAN, p99_ms = NAN, p999_ms = NAN;
-  double cpu_s = NAN;
-  double rss_mb = NAN;
-  double disk_mb = NAN;
-  std::string baseline;
-  double baseline_value = NAN;
-  double ratio = NAN;
-  std::string target;
-  std::optional<bool> met;
-  std::map<std::string, double> extra;
-};
-
 double Mb(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 std::string Num(double v, int prec = 1) {
@@ -139,7 +122,7 @@ std::string Num(double v, int prec = 1) {
 
 std::string JsonDouble(double v) { return std::isnan(v) ? "null" : fmt::format("{:.4g}", v); }
 
-std::string ToJson(const Result_& r, const std::string& run) {
+std::string ToJson(const WorkloadResult& r, const std::string& run) {
   std::string out = fmt::format(
       "{{\"workload\":\"{}\",\"run\":\"{}\",\"unit\":\"{}\",\"value\":{},\"p50_ms\":{},\"p99_ms\":{},"
       "\"p999_ms\":{},\"cpu_s\":{},\"rss_mb\":{},\"disk_mb\":{},\"baseline\":\"{}\",\"baseline_value\":{},"
@@ -150,11 +133,6 @@ std::string ToJson(const Result_& r, const std::string& run) {
       r.met.has_value() ? (*r.met ? "true" : "false") : "null");
   for (const auto& [k, v] : r.extra) out += fmt::format(",\"{}\":{}", k, JsonDouble(v));
   return out + "}";
-}
-
-void Progress(const std::string& line) {
-  std::fprintf(stderr, "  .. %s\n", line.c_str());
-  std::fflush(stderr);
 }
 
 // Sums "key":N over every object of a JSON text (the watermarks answer).
@@ -172,7 +150,7 @@ class Bench {
   explicit Bench(Flags f) : f_(std::move(f)) {}
 
   // Runs the selected workloads once; appends to *results.
-  Status RunOnce(int run, std::vector<Result_>* results);
+  Status RunOnce(int run, std::vector<WorkloadResult>* results);
 
  private:
   Status StartRedis();
@@ -185,13 +163,13 @@ class Bench {
   Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::string& topic);
   std::vector<std::string> TallyArgs(std::initializer_list<std::string> args) const;
 
-  Status Ingest(Result_* r);
-  Status Replay(Result_* r);
-  Status Freshness(Result_* r);
-  Status QueryCounts(Result_* r);
-  Status QueryBatch(Result_* r);
-  Status QueryUnread(Result_* r);
-  Status Storage(Result_* r);
+  Status Ingest(WorkloadResult* r);
+  Status Replay(WorkloadResult* r);
+  Status Freshness(WorkloadResult* r);
+  Status QueryCounts(WorkloadResult* r);
+  Status QueryBatch(WorkloadResult* r);
+  Status QueryUnread(WorkloadResult* r);
+  Status Storage(WorkloadResult* r);
 
   Result<std::map<std::string, double>> Wrk(int port, const std::string& mode, uint64_t n, uint64_t first,
                                             Process* server, double* cpu_s);
@@ -422,7 +400,7 @@ void AddRedisCommands(const schemas::Event& event, aggregator::EventRouter* rout
   }
 }
 
-Status Bench::Ingest(Result_* r) {
+Status Bench::Ingest(WorkloadResult* r) {
   r->workload = "ingest";
   r->unit = "events/s";
   r->baseline = "redis pipelined HINCRBY/HSET";
@@ -490,7 +468,7 @@ Status Bench::Ingest(Result_* r) {
 
 // ---- replay -----------------------------------------------------------------
 
-Status Bench::Replay(Result_* r) {
+Status Bench::Replay(WorkloadResult* r) {
   r->workload = "replay";
   r->unit = "events/s";
   r->baseline = "live ingest";
@@ -532,7 +510,7 @@ Status Bench::Replay(Result_* r) {
 
 // ---- freshness --------------------------------------------------------------
 
-Status Bench::Freshness(Result_* r) {
+Status Bench::Freshness(WorkloadResult* r) {
   r->workload = "freshness";
   r->unit = "events/s";
   r->target = "p99 <= 250 ms, load >= 0.97x";
@@ -766,7 +744,7 @@ Status Bench::LoadRedisQueryData() {
   return Status::Ok();
 }
 
-void FillWrk(Result_* r, const std::map<std::string, double>& m, double scale) {
+void FillWrk(WorkloadResult* r, const std::map<std::string, double>& m, double scale) {
   r->value = m.at("rps") * scale;
   r->p50_ms = m.at("p50_us") / 1000;
   r->p99_ms = m.at("p99_us") / 1000;
@@ -774,7 +752,7 @@ void FillWrk(Result_* r, const std::map<std::string, double>& m, double scale) {
   r->extra["errors"] = m.at("errors");
 }
 
-Status Bench::QueryCounts(Result_* r) {
+Status Bench::QueryCounts(WorkloadResult* r) {
   r->workload = "query_counts";
   r->unit = "requests/s";
   r->baseline = "redis-benchmark GET";
@@ -803,7 +781,7 @@ Status Bench::QueryCounts(Result_* r) {
   return Status::Ok();
 }
 
-Status Bench::QueryBatch(Result_* r) {
+Status Bench::QueryBatch(WorkloadResult* r) {
   r->workload = "query_batch";
   r->unit = "posts/s";
   r->baseline = "redis HGETALL pipelined x20";
@@ -826,7 +804,7 @@ Status Bench::QueryBatch(Result_* r) {
   return Status::Ok();
 }
 
-Status Bench::QueryUnread(Result_* r) {
+Status Bench::QueryUnread(WorkloadResult* r) {
   r->workload = "query_unread";
   r->unit = "requests/s";
   r->baseline = "redis-benchmark GET";
@@ -895,7 +873,7 @@ Status Bench::QueryUnread(Result_* r) {
 
 // ---- storage ----------------------------------------------------------------
 
-Status Bench::Storage(Result_* r) {
+Status Bench::Storage(WorkloadResult* r) {
   r->workload = "storage";
   r->unit = "B/post disk";
   r->baseline = "redis used_memory B/post";
@@ -1008,7 +986,7 @@ Status Bench::Storage(Result_* r) {
 
 // ---- driver -----------------------------------------------------------------
 
-Status Bench::RunOnce(int run, std::vector<Result_>* results) {
+Status Bench::RunOnce(int run, std::vector<WorkloadResult>* results) {
   dir_ = fmt::format("{}/run{}", f_.work_dir, run);
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
@@ -1021,17 +999,17 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
   for (const char* w : {"ingest", "replay", "freshness", "query_counts", "query_batch", "query_unread"}) {
     needs_pipeline |= Selected(w);
   }
-  auto report = [&](Result_ r) {
+  auto report = [&](WorkloadResult r) {
     std::printf("%s\n", ToJson(r, std::to_string(run)).c_str());
     std::fflush(stdout);
     results->push_back(std::move(r));
   };
   if (needs_pipeline) {
     TALLY_RETURN_IF_ERROR(StartBroker());
-    Result_ r;
+    WorkloadResult r;
     TALLY_RETURN_IF_ERROR(Ingest(&r));
     if (Selected("ingest")) report(r);
-    using Fn = Status (Bench::*)(Result_*);
+    using Fn = Status (Bench::*)(WorkloadResult*);
     std::pair<const char*, Fn> steps[] = {{"replay", &Bench::Replay},
                                           {"freshness", &Bench::Freshness},
                                           {"query_counts", &Bench::QueryCounts},
@@ -1039,7 +1017,7 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
                                           {"query_unread", &Bench::QueryUnread}};
     for (auto [name, fn] : steps) {
       if (!Selected(name)) continue;
-      Result_ s;
+      WorkloadResult s;
       TALLY_RETURN_IF_ERROR((this->*fn)(&s));
       report(s);
     }
@@ -1048,7 +1026,7 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
     broker_.Stop();
   }
   if (Selected("storage")) {
-    Result_ r;
+    WorkloadResult r;
     TALLY_RETURN_IF_ERROR(Storage(&r));
     report(r);
   }
@@ -1064,34 +1042,34 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// The per-workload medians of `all` (one Result_ per workload and run).
-std::vector<Result_> Medians(const std::vector<Result_>& all, int runs) {
-  std::vector<Result_> out;
+// The per-workload medians of `all` (one WorkloadResult per workload and run).
+std::vector<WorkloadResult> Medians(const std::vector<WorkloadResult>& all, int runs) {
+  std::vector<WorkloadResult> out;
   std::vector<std::string> order;
   for (const auto& r : all) {
     if (std::find(order.begin(), order.end(), r.workload) == order.end()) order.push_back(r.workload);
   }
   for (const auto& w : order) {
-    std::vector<const Result_*> rs;
+    std::vector<const WorkloadResult*> rs;
     for (const auto& r : all) if (r.workload == w) rs.push_back(&r);
-    Result_ m = *rs[0];
+    WorkloadResult m = *rs[0];
     auto med = [&](auto field) {
       std::vector<double> v;
       for (auto* r : rs) v.push_back(field(*r));
       return Median(v);
     };
-    m.value = med([](const Result_& r) { return r.value; });
-    m.p50_ms = med([](const Result_& r) { return r.p50_ms; });
-    m.p99_ms = med([](const Result_& r) { return r.p99_ms; });
-    m.p999_ms = med([](const Result_& r) { return r.p999_ms; });
-    m.cpu_s = med([](const Result_& r) { return r.cpu_s; });
-    m.rss_mb = med([](const Result_& r) { return r.rss_mb; });
-    m.disk_mb = med([](const Result_& r) { return r.disk_mb; });
-    m.baseline_value = med([](const Result_& r) { return r.baseline_value; });
-    m.ratio = med([](const Result_& r) { return r.ratio; });
+    m.value = med([](const WorkloadResult& r) { return r.value; });
+    m.p50_ms = med([](const WorkloadResult& r) { return r.p50_ms; });
+    m.p99_ms = med([](const WorkloadResult& r) { return r.p99_ms; });
+    m.p999_ms = med([](const WorkloadResult& r) { return r.p999_ms; });
+    m.cpu_s = med([](const WorkloadResult& r) { return r.cpu_s; });
+    m.rss_mb = med([](const WorkloadResult& r) { return r.rss_mb; });
+    m.disk_mb = med([](const WorkloadResult& r) { return r.disk_mb; });
+    m.baseline_value = med([](const WorkloadResult& r) { return r.baseline_value; });
+    m.ratio = med([](const WorkloadResult& r) { return r.ratio; });
     for (auto& [k, v] : m.extra) {
       std::string key = k;
-      v = med([&](const Result_& r) { return r.extra.count(key) ? r.extra.at(key) : NAN; });
+      v = med([&](const WorkloadResult& r) { return r.extra.count(key) ? r.extra.at(key) : NAN; });
     }
     int met = 0;
     for (auto* r : rs) met += r->met.value_or(false);
@@ -1103,7 +1081,7 @@ std::vector<Result_> Medians(const std::vector<Result_>& all, int runs) {
   return out;
 }
 
-void PrintTable(const std::vector<Result_>& rs, const std::string& title) {
+void PrintTable(const std::vector<WorkloadResult>& rs, const std::string& title) {
   std::printf("\n%s\n", title.c_str());
   std::printf("%-13s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", "workload", "value", "unit", "p50 ms",
               "p99 ms", "p99.9ms", "cpu s", "rss MB", "disk MB", "baseline", "ratio", "met", "target");
@@ -1171,10 +1149,10 @@ int Main(int argc, char** argv) {
   base::SetLogLevel(base::LogLevel::kWarn);
   std::fprintf(stderr, "tally-bench: %s; %lld run(s); %u cores; work dir %s\n", list.c_str(),
                static_cast<long long>(f.runs), std::thread::hardware_concurrency(), f.work_dir.c_str());
-  std::vector<Result_> all;
+  std::vector<WorkloadResult> all;
   for (int run = 1; run <= f.runs; run++) {
     std::fprintf(stderr, "tally-bench: run %d of %lld\n", run, static_cast<long long>(f.runs));
-    std::vector<Result_> rs;
+    std::vector<WorkloadResult> rs;
     if (auto st = bench.RunOnce(run, &rs); !st.ok()) {
       std::fprintf(stderr, "tally-bench: %s\n", st.ToString().c_str());
       f.keep = true;
