@@ -41,6 +41,11 @@
 //                 disk <= 16 B/post and <= 1/8 of Redis; RSS <= block cache +
 //                 150 MB.
 //
+// Cluster workloads (not in "standard"; selected by name; see
+// cluster_workloads.h): cluster_failover, cluster_restore, cluster_ingest,
+// cluster_disk. Each starts its own `tally broker` and `tally up --brokers`
+// members and prints a table of its own besides its rows.
+//
 // Each workload prints one JSON line ({"workload":...}) when it ends; a table
 // follows at the end. With --runs N everything runs N times and the table
 // holds the medians. Exit status: 0 when every workload ran (targets missed
@@ -69,6 +74,7 @@
 #include "base/kafka.h"
 #include "base/log.h"
 #include "bench_util.h"
+#include "cluster_workloads.h"
 #include "ingest/event_publisher.h"
 #include "ingest/workload_generator.h"
 #include "schemas/delta.h"
@@ -82,6 +88,7 @@ using base::Result;
 using base::Status;
 
 constexpr const char* kStandard = "ingest,replay,freshness,query_counts,query_batch,query_unread,storage";
+constexpr const char* kCluster = "cluster_failover,cluster_restore,cluster_ingest,cluster_disk";
 constexpr uint64_t kUnreadUserBase = 1000000000000;  // bench users, apart from the generator's
 constexpr uint64_t kProbePostBase = 1ULL << 40;      // freshness probes: posts never used before
 constexpr int kFollowees = 200;
@@ -109,6 +116,13 @@ struct Flags {
   int64_t load_nice = 0;       // nice value of the freshness load generator
   bool keep = false;
   std::vector<std::string> up_args;  // extra flags for tally up
+  // The cluster workloads' own (cluster_workloads.h).
+  int64_t failover_partitions = 8;
+  int64_t failover_rate = 2000;
+  int64_t cluster_repeats = 3;
+  int64_t restore_events = 2000000;
+  int64_t cluster_events = 2000000;
+  int64_t cluster_rate = 50000;
 };
 
 double Mb(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
@@ -179,6 +193,12 @@ class Bench {
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   bool Selected(const std::string& w) const { return selected_.count(w) > 0; }
+  bool needs_redis() const {
+    for (const auto& w : selected_) {
+      if (!w.starts_with("cluster_")) return true;
+    }
+    return false;
+  }
 
   Flags f_;
   std::string dir_;
@@ -990,7 +1010,7 @@ Status Bench::RunOnce(int run, std::vector<WorkloadResult>* results) {
   dir_ = fmt::format("{}/run{}", f_.work_dir, run);
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
-  TALLY_RETURN_IF_ERROR(StartRedis());
+  if (needs_redis()) TALLY_RETURN_IF_ERROR(StartRedis());
   ingest_rate_ = NAN;
   redis_get_rps_ = NAN;
   redis_query_data_ = false;
@@ -1030,7 +1050,37 @@ Status Bench::RunOnce(int run, std::vector<WorkloadResult>* results) {
     TALLY_RETURN_IF_ERROR(Storage(&r));
     report(r);
   }
-  redis_.Stop();
+  if (needs_redis()) redis_.Stop();
+  if (Selected("cluster_failover") || Selected("cluster_restore") || Selected("cluster_ingest") ||
+      Selected("cluster_disk")) {
+    ClusterBenchOptions co;
+    co.tally = f_.tally;
+    co.dir = Path("cluster");
+    co.partitions = static_cast<int>(f_.partitions);
+    co.failover_partitions = static_cast<int>(f_.failover_partitions);
+    co.failover_rate = f_.failover_rate;
+    co.repeats = static_cast<int>(f_.cluster_repeats);
+    co.restore_events = f_.restore_events;
+    co.ingest_events = f_.cluster_events;
+    co.ingest_rate = f_.cluster_rate;
+    co.users = f_.users;
+    co.posts = f_.keys;
+    co.seed = f_.seed;
+    co.block_cache_mb = f_.block_cache_mb;
+    co.up_args = f_.up_args;
+    ClusterWorkloads cluster(co);
+    using Fn = Status (ClusterWorkloads::*)(std::vector<WorkloadResult>*);
+    std::pair<const char*, Fn> steps[] = {{"cluster_failover", &ClusterWorkloads::Failover},
+                                          {"cluster_restore", &ClusterWorkloads::Restore},
+                                          {"cluster_ingest", &ClusterWorkloads::Ingest},
+                                          {"cluster_disk", &ClusterWorkloads::Disk}};
+    for (auto [name, fn] : steps) {
+      if (!Selected(name)) continue;
+      std::vector<WorkloadResult> rows;
+      TALLY_RETURN_IF_ERROR((cluster.*fn)(&rows));
+      for (auto& r : rows) report(std::move(r));
+    }
+  }
   if (!f_.keep) std::filesystem::remove_all(dir_);
   return Status::Ok();
 }
@@ -1083,14 +1133,16 @@ std::vector<WorkloadResult> Medians(const std::vector<WorkloadResult>& all, int 
 
 void PrintTable(const std::vector<WorkloadResult>& rs, const std::string& title) {
   std::printf("\n%s\n", title.c_str());
-  std::printf("%-13s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", "workload", "value", "unit", "p50 ms",
-              "p99 ms", "p99.9ms", "cpu s", "rss MB", "disk MB", "baseline", "ratio", "met", "target");
+  std::printf("%-20s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", "workload", "value",
+              "unit", "p50 ms", "p99 ms", "p99.9ms", "cpu s", "rss MB", "disk MB", "baseline",
+              "ratio", "met", "target");
   for (const auto& r : rs) {
-    std::printf("%-13s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", r.workload.c_str(),
-                Num(r.value).c_str(), r.unit.c_str(), Num(r.p50_ms, 2).c_str(), Num(r.p99_ms, 2).c_str(),
-                Num(r.p999_ms, 2).c_str(), Num(r.cpu_s).c_str(), Num(r.rss_mb, 0).c_str(), Num(r.disk_mb).c_str(),
-                Num(r.baseline_value).c_str(), Num(r.ratio, 3).c_str(),
-                r.met.has_value() ? (*r.met ? "yes" : "NO") : "-", r.target.c_str());
+    std::printf("%-20s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", r.workload.c_str(),
+                Num(r.value).c_str(), r.unit.c_str(), Num(r.p50_ms, 2).c_str(),
+                Num(r.p99_ms, 2).c_str(), Num(r.p999_ms, 2).c_str(), Num(r.cpu_s).c_str(),
+                Num(r.rss_mb, 0).c_str(), Num(r.disk_mb).c_str(), Num(r.baseline_value).c_str(),
+                Num(r.ratio, 3).c_str(), r.met.has_value() ? (*r.met ? "yes" : "NO") : "-",
+                r.target.c_str());
   }
   std::fflush(stdout);
 }
@@ -1101,9 +1153,11 @@ int Main(int argc, char** argv) {
   f.tally = self + "/tally";
   f.wrk_script = std::string(TALLY_BENCH_SOURCE_DIR) + "/wrk_report.lua";
   f.work_dir = (std::filesystem::temp_directory_path() / fmt::format("tally-bench-{}", ::getpid())).string();
-  base::FlagSet flags("tally-bench",
-                      "Benchmarks tally beside Redis in one run. Workloads: ingest, replay, freshness, "
-                      "query_counts, query_batch, query_unread, storage (or 'standard' for all).");
+  base::FlagSet flags(
+      "tally-bench",
+      "Benchmarks tally beside Redis in one run. Workloads: ingest, replay, freshness, "
+      "query_counts, query_batch, query_unread, storage (or 'standard' for all); "
+      "cluster_failover, cluster_restore, cluster_ingest, cluster_disk (by name only).");
   flags.String("benchmarks", &f.benchmarks, "comma-separated workloads, or 'standard'");
   flags.String("tally", &f.tally, "the tally binary");
   flags.String("work-dir", &f.work_dir, "scratch directory (state, logs); removed afterwards unless --keep");
@@ -1128,6 +1182,16 @@ int Main(int argc, char** argv) {
             "lets tally's threads run first, as with producers on other machines)");
   flags.Bool("keep", &f.keep, "keep the work directory");
   flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
+  flags.Int("failover-partitions", &f.failover_partitions,
+            "cluster_failover: partitions of tally's topics");
+  flags.Int("failover-rate", &f.failover_rate, "cluster_failover: events/s published throughout");
+  flags.Int("cluster-repeats", &f.cluster_repeats,
+            "cluster_failover: kills per --standbys value; cluster_restore: restores");
+  flags.Int("restore-events", &f.restore_events,
+            "cluster_restore: events whose deltas fill tally.deltas");
+  flags.Int("cluster-events", &f.cluster_events, "cluster_ingest, cluster_disk: events published");
+  flags.Int("cluster-rate", &f.cluster_rate,
+            "cluster_ingest, cluster_disk: events/s they are published at (0: at once)");
   bool help = false;
   if (auto st = flags.Parse(argc - 1, argv + 1, &help); !st.ok() || help) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(), flags.Usage().c_str());
@@ -1139,7 +1203,8 @@ int Main(int argc, char** argv) {
     size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     std::string w = list.substr(pos, comma - pos);
-    if (std::string(kStandard).find(w) == std::string::npos || w.empty()) {
+    if (w.empty() || (std::string(kStandard).find(w) == std::string::npos &&
+                      std::string(kCluster).find(w) == std::string::npos)) {
       std::fprintf(stderr, "tally-bench: unknown workload '%s'\n", w.c_str());
       return 2;
     }
