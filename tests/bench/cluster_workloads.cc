@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/kafka.h"
@@ -66,6 +68,30 @@ double MetricValue(std::string_view body, std::string_view name) {
   size_t at = body.find(needle);
   if (at == std::string_view::npos) return NAN;
   return std::strtod(std::string(body.substr(at + needle.size(), 32)).c_str(), nullptr);
+}
+
+// CPU seconds of each thread of `pid` so far, by thread id, with its name.
+std::map<std::string, std::pair<std::string, double>> ThreadCpu(pid_t pid) {
+  std::map<std::string, std::pair<std::string, double>> out;
+  std::error_code ec;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(e.path() / "stat");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t lp = s.find('('), rp = s.rfind(')');
+    if (lp == std::string::npos || rp == std::string::npos) continue;
+    std::istringstream fields(s.substr(rp + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    // After ") ": state(3) ... utime(14) stime(15), as in Process::CpuSeconds.
+    for (int i = 3; i <= 15 && fields >> f; i++) {
+      if (i == 14) utime = std::stoull(f);
+      if (i == 15) stime = std::stoull(f);
+    }
+    out[e.path().filename().string()] = {s.substr(lp + 1, rp - lp - 1),
+                                         static_cast<double>(utime + stime) / tick};
+  }
+  return out;
 }
 
 // One `tally up --brokers` child.
@@ -455,9 +481,9 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
                                 "--users", std::to_string(o_.users), "--posts",
                                 std::to_string(o_.posts), "--log-level", "warn"}),
                    c.Path("produce.log")));
-    TALLY_RETURN_IF_ERROR(c.WaitSettled(180, what));
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(300, what));
 
-    std::vector<double> served, owned, redundant, moved;
+    std::vector<double> served, owned, redundant, moved, rejoin;
     for (int rep = 1; rep <= o_.repeats; rep++) {
       // The victim: the member owning the most partitions.
       auto view = c.View();
@@ -475,7 +501,7 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
       auto t0 = Clock::now();
       c.Kill(victim);
       double t_served = NAN, t_owned = NAN, t_redundant = NAN;
-      while (SecondsSince(t0) < 180) {
+      while (SecondsSince(t0) < 900) {
         auto v = c.View();
         const double t = SecondsSince(t0);
         bool all_served = true, all_owned = true, all_redundant = true;
@@ -497,7 +523,7 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
       }
       if (std::isnan(t_owned) || std::isnan(t_redundant)) {
         return Status::Unavailable(
-            fmt::format("{}: partitions of {} not owned again within 180 s", what, victim->id));
+            fmt::format("{}: partitions of {} not owned again within 900 s", what, victim->id));
       }
       served.push_back(t_served);
       owned.push_back(t_owned);
@@ -507,9 +533,15 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
           "{}: served after {:.2f} s, owned after {:.2f} s, with {} standby after {:.2f} s", what,
           t_served, t_owned, standbys, t_redundant));
       if (rep < o_.repeats) {
+        // Through the embedded broker a restore from offset 0 goes one
+        // produced batch per partition per fetch, so it can take minutes.
         Progress(fmt::format("{}: a fresh member replaces it", what));
+        auto s0 = Clock::now();
         TALLY_RETURN_IF_ERROR(c.Add().status());
-        TALLY_RETURN_IF_ERROR(c.WaitSettled(180, what));
+        TALLY_RETURN_IF_ERROR(c.WaitSettled(900, what));
+        rejoin.push_back(SecondsSince(s0));
+        Progress(fmt::format("{}: settled again {:.1f} s after the fresh member started", what,
+                             rejoin.back()));
       }
     }
     load.Stop(5);
@@ -528,6 +560,7 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
       r.extra["standby_again_s_max"] = Max(redundant);
     }
     r.extra["partitions_moved"] = Median(moved);
+    r.extra["replacement_settled_s"] = Median(rejoin);
     r.extra["kills"] = static_cast<double>(served.size());
     std::printf("\n%s (%d partitions, %lld events/s, %d kills)\n", what.c_str(),
                 o_.failover_partitions, static_cast<long long>(o_.failover_rate), o_.repeats);
@@ -539,6 +572,7 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
     line("served (a live member lists each current)", served);
     line("owned again (a live member owns each)", owned);
     if (standbys > 0) line("owned again and with a current standby", redundant);
+    if (!rejoin.empty()) line("(a fresh member: start until settled)", rejoin);
     std::fflush(stdout);
     rows->push_back(std::move(r));
   }
@@ -594,7 +628,7 @@ Status ClusterWorkloads::Restore(std::vector<WorkloadResult>* rows) {
       if (body.ok())
         samples.emplace_back(WallMs(), MetricValue(*body, "tally_applier_deltas_total"));
     };
-    TALLY_RETURN_IF_ERROR(c.WaitSettled(180, what, sample));
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(600, what, sample));
     auto spans = RestoresInLog(m->log);
     if (spans.empty())
       return Status::Internal(fmt::format("{}: no partition restored from 0 in {}", what, m->log));
@@ -624,7 +658,7 @@ Status ClusterWorkloads::Restore(std::vector<WorkloadResult>* rows) {
     // It leaves; the first member takes its partitions back (restoring them
     // from 0 too: it dropped them), and the next fresh member joins.
     c.Leave(m);
-    TALLY_RETURN_IF_ERROR(c.WaitSettled(180, what));
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(600, what));
     std::filesystem::remove_all(m->dir);
   }
   c.StopAll();
@@ -690,6 +724,8 @@ Result<ClusterWorkloads::IngestRun> ClusterWorkloads::RunIngest(int members) {
                        o_.ingest_rate));
   auto l0 = LookAt(&c);
   if (!l0.ok()) return l0.status();
+  std::vector<std::map<std::string, std::pair<std::string, double>>> threads0;
+  for (Member* m : c.Alive()) threads0.push_back(ThreadCpu(m->proc->pid()));
   auto t0 = Clock::now();
   auto produced = RunCapture(
       c.TallyArgs({"produce", "--brokers", c.brokers(), "--gen", std::to_string(o_.ingest_events),
@@ -703,6 +739,16 @@ Result<ClusterWorkloads::IngestRun> ClusterWorkloads::RunIngest(int members) {
   TALLY_RETURN_IF_ERROR(WaitQuiet(&c, l0->routed + static_cast<double>(o_.ingest_events), 1.5, 900,
                                   what, &last, &last_change));
   run.cpu_s = last.cpu_s - l0->cpu_s;
+  {
+    auto alive = c.Alive();
+    for (size_t i = 0; i < alive.size(); i++) {
+      for (const auto& [tid, t] : ThreadCpu(alive[i]->proc->pid())) {
+        auto before = threads0[i].find(tid);
+        run.thread_cpu_s[t.first] +=
+            t.second - (before == threads0[i].end() ? 0.0 : before->second.second);
+      }
+    }
+  }
   run.seconds = std::chrono::duration<double>(last_change - t0).count();
   run.lost = last.lost - l0->lost;
   for (const auto& info : c.View()) run.owns.push_back(info.owns);
@@ -749,6 +795,22 @@ Status ClusterWorkloads::Ingest(std::vector<WorkloadResult>* rows) {
     std::fflush(stdout);
     rows->push_back(std::move(r));
   }
+  // Where the CPU went: every member's threads by name (after the last
+  // delta applied, a little later than the total above).
+  std::set<std::string> names;
+  for (int k = 1; k <= 3; k++) {
+    for (const auto& [name, s] : ingest_runs_[k].thread_cpu_s) names.insert(name);
+  }
+  std::printf("  CPU us/event by thread name  %10s %10s %10s\n", "1 member", "2", "3");
+  for (const auto& name : names) {
+    std::printf("  %-28s", name.c_str());
+    for (int k = 1; k <= 3; k++) {
+      auto& t = ingest_runs_[k].thread_cpu_s;
+      std::printf(" %10.2f", t.count(name) ? t[name] / n * 1e6 : 0.0);
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
   return Status::Ok();
 }
 

@@ -76,6 +76,8 @@ class ClusterWorkloads {
     std::vector<uint64_t> disk_bytes_stop;   // per member, after a clean stop
     std::vector<std::vector<int32_t>> owns;  // per member
     double lost = 0;  // input and deltas records the broker dropped before they were read
+    std::map<std::string, double>
+        thread_cpu_s;  // every member's CPU by thread name, over cpu_s's span
   };
 
  private:
