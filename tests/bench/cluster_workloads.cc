@@ -483,7 +483,7 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
                    c.Path("produce.log")));
     TALLY_RETURN_IF_ERROR(c.WaitSettled(300, what));
 
-    std::vector<double> served, owned, redundant, moved, rejoin;
+    std::vector<double> served, unserved, owned, redundant, moved, rejoin;
     for (int rep = 1; rep <= o_.repeats; rep++) {
       // The victim: the member owning the most partitions.
       auto view = c.View();
@@ -500,7 +500,12 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
                            victim->id, fmt::join(parts, ",")));
       auto t0 = Clock::now();
       c.Kill(victim);
-      double t_served = NAN, t_owned = NAN, t_redundant = NAN;
+      // served: from the kill until every partition is served and stays
+      // so to the end of the watch; unserved: how long, in all, some
+      // partition had no current holder (a standby may drop its copy
+      // before an owner takes over).
+      double t_served = NAN, t_owned = NAN, t_redundant = NAN, unserved_s = 0, last_t = 0;
+      bool was_served = true;
       while (SecondsSince(t0) < 900) {
         auto v = c.View();
         const double t = SecondsSince(t0);
@@ -515,10 +520,13 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
           all_owned &= owners > 0;
           all_redundant &= owners > 0 && standby >= standbys;
         }
-        if (all_served && std::isnan(t_served)) t_served = t;
+        if (!was_served) unserved_s += t - last_t;
+        if (all_served && (std::isnan(t_served) || !was_served)) t_served = t;
+        was_served = all_served;
+        last_t = t;
         if (all_owned && std::isnan(t_owned)) t_owned = t;
         if (all_redundant && std::isnan(t_redundant)) t_redundant = t;
-        if (!std::isnan(t_owned) && !std::isnan(t_redundant)) break;
+        if (!std::isnan(t_owned) && !std::isnan(t_redundant) && all_served) break;
         SleepMs(5);
       }
       if (std::isnan(t_owned) || std::isnan(t_redundant)) {
@@ -526,12 +534,15 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
             fmt::format("{}: partitions of {} not owned again within 900 s", what, victim->id));
       }
       served.push_back(t_served);
+      unserved.push_back(unserved_s);
       owned.push_back(t_owned);
       redundant.push_back(t_redundant);
       moved.push_back(static_cast<double>(parts.size()));
-      Progress(fmt::format(
-          "{}: served after {:.2f} s, owned after {:.2f} s, with {} standby after {:.2f} s", what,
-          t_served, t_owned, standbys, t_redundant));
+      Progress(
+          fmt::format("{}: served for good after {:.2f} s ({:.2f} s unserved in all), owned after "
+                      "{:.2f} s, with {} "
+                      "standby after {:.2f} s",
+                      what, t_served, unserved_s, t_owned, standbys, t_redundant));
       if (rep < o_.repeats) {
         // Through the embedded broker a restore from offset 0 goes one
         // produced batch per partition per fetch, so it can take minutes.
@@ -551,6 +562,8 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
     r.target = standbys ? "served by the standby at once" : "-";
     r.extra["served_s_min"] = Min(served);
     r.extra["served_s_max"] = Max(served);
+    r.extra["unserved_s"] = Median(unserved);
+    r.extra["unserved_s_max"] = Max(unserved);
     r.extra["owned_s"] = Median(owned);
     r.extra["owned_s_min"] = Min(owned);
     r.extra["owned_s_max"] = Max(owned);
@@ -564,12 +577,13 @@ Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
     r.extra["kills"] = static_cast<double>(served.size());
     std::printf("\n%s (%d partitions, %lld events/s, %d kills)\n", what.c_str(),
                 o_.failover_partitions, static_cast<long long>(o_.failover_rate), o_.repeats);
-    std::printf("  %-44s %8s %8s %8s   %s\n", "from SIGKILL until", "median", "min", "max", "each");
+    std::printf("  %-50s %8s %8s %8s   %s\n", "from SIGKILL until", "median", "min", "max", "each");
     auto line = [](const char* name, const std::vector<double>& v) {
-      std::printf("  %-44s %8.2f %8.2f %8.2f   %s\n", name, Median(v), Min(v), Max(v),
+      std::printf("  %-50s %8.2f %8.2f %8.2f   %s\n", name, Median(v), Min(v), Max(v),
                   Times(v).c_str());
     };
-    line("served (a live member lists each current)", served);
+    line("served for good (a live member lists each current)", served);
+    line("  of which some partition was unserved", unserved);
     line("owned again (a live member owns each)", owned);
     if (standbys > 0) line("owned again and with a current standby", redundant);
     if (!rejoin.empty()) line("(a fresh member: start until settled)", rejoin);
