@@ -73,7 +73,7 @@ class ClusterWorkloads {
     double idle_cpu_s = 0;  // every member's CPU per second while settled and idle
     double seconds = 0;     // from the first event published to the last delta applied
     std::vector<uint64_t> disk_bytes;        // per member, lag 0 plus a few seconds
-    std::vector<uint64_t> disk_bytes_stop;   // per member, after a clean stop
+    std::vector<uint64_t> disk_bytes_stop;   // per member, stopped cleanly and compacted
     std::vector<std::vector<int32_t>> owns;  // per member
     double lost = 0;  // input and deltas records the broker dropped before they were read
     std::map<std::string, double>
