@@ -6,8 +6,9 @@
 //
 //   cluster_failover  3 members, a steady load; SIGKILL the member owning the
 //                     most partitions; seconds until each of its partitions
-//                     is served again (a live member lists it current, in
-//                     `owns` or `standby`) and owned again (in `owns`), with
+//                     is served for good (a live member lists it current, in
+//                     `owns` or `standby`), how long some was unserved, and
+//                     until each is owned again (in `owns`), with
 //                     --standbys 0 and 1, each repeated.
 //   cluster_restore   one member holding every partition of a filled
 //                     tally.deltas; a fresh member joins and restores its
