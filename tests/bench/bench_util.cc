@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -296,6 +297,11 @@ Result<std::string> RedisCommand(int port, std::initializer_list<std::string_vie
     return buf.substr(nl + 2, static_cast<size_t>(std::atol(buf.c_str() + 1)));
   }
   return buf.substr(1, buf.find("\r\n") - 1);
+}
+
+void Progress(const std::string& line) {
+  std::fprintf(stderr, "  .. %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 double Samples::Percentile(double p) {

@@ -11,7 +11,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -129,6 +132,27 @@ class Samples {
   std::vector<double> v_;
   bool sorted_ = false;
 };
+
+// One workload's outcome, as tally-bench prints it (a JSON line and a row
+// of the table). NaN means "not measured".
+struct WorkloadResult {
+  std::string workload;
+  std::string unit;
+  double value = NAN;  // the headline number, in `unit`
+  double p50_ms = NAN, p99_ms = NAN, p999_ms = NAN;
+  double cpu_s = NAN;
+  double rss_mb = NAN;
+  double disk_mb = NAN;
+  std::string baseline;
+  double baseline_value = NAN;
+  double ratio = NAN;
+  std::string target;
+  std::optional<bool> met;
+  std::map<std::string, double> extra;
+};
+
+// Prints "  .. line" to stderr: a workload's progress.
+void Progress(const std::string& line);
 
 // The value of "key": in a flat JSON object, as a number; NaN if absent.
 double JsonNumber(std::string_view json, std::string_view key);

@@ -41,6 +41,11 @@
 //                 disk <= 16 B/post and <= 1/8 of Redis; RSS <= block cache +
 //                 150 MB.
 //
+// Cluster workloads (not in "standard"; selected by name; see
+// cluster_workloads.h): cluster_failover, cluster_restore, cluster_ingest,
+// cluster_disk. Each starts its own `tally broker` and `tally up --brokers`
+// members and prints a table of its own besides its rows.
+//
 // Each workload prints one JSON line ({"workload":...}) when it ends; a table
 // follows at the end. With --runs N everything runs N times and the table
 // holds the medians. Exit status: 0 when every workload ran (targets missed
@@ -69,6 +74,7 @@
 #include "base/kafka.h"
 #include "base/log.h"
 #include "bench_util.h"
+#include "cluster_workloads.h"
 #include "ingest/event_publisher.h"
 #include "ingest/workload_generator.h"
 #include "schemas/delta.h"
@@ -82,6 +88,7 @@ using base::Result;
 using base::Status;
 
 constexpr const char* kStandard = "ingest,replay,freshness,query_counts,query_batch,query_unread,storage";
+constexpr const char* kCluster = "cluster_failover,cluster_restore,cluster_ingest,cluster_disk";
 constexpr uint64_t kUnreadUserBase = 1000000000000;  // bench users, apart from the generator's
 constexpr uint64_t kProbePostBase = 1ULL << 40;      // freshness probes: posts never used before
 constexpr int kFollowees = 200;
@@ -109,23 +116,13 @@ struct Flags {
   int64_t load_nice = 0;       // nice value of the freshness load generator
   bool keep = false;
   std::vector<std::string> up_args;  // extra flags for tally up
-};
-
-// One workload's outcome. NaN means "not measured".
-struct Result_ {
-  std::string workload;
-  std::string unit;
-  double value = NAN;  // throughput in `unit`
-  double p50_ms = NAN, p99_ms = NAN, p999_ms = NAN;
-  double cpu_s = NAN;
-  double rss_mb = NAN;
-  double disk_mb = NAN;
-  std::string baseline;
-  double baseline_value = NAN;
-  double ratio = NAN;
-  std::string target;
-  std::optional<bool> met;
-  std::map<std::string, double> extra;
+  // The cluster workloads' own (cluster_workloads.h).
+  int64_t failover_partitions = 8;
+  int64_t failover_rate = 2000;
+  int64_t cluster_repeats = 3;
+  int64_t restore_events = 2000000;
+  int64_t cluster_events = 2000000;
+  int64_t cluster_rate = 50000;
 };
 
 double Mb(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
@@ -139,7 +136,7 @@ std::string Num(double v, int prec = 1) {
 
 std::string JsonDouble(double v) { return std::isnan(v) ? "null" : fmt::format("{:.4g}", v); }
 
-std::string ToJson(const Result_& r, const std::string& run) {
+std::string ToJson(const WorkloadResult& r, const std::string& run) {
   std::string out = fmt::format(
       "{{\"workload\":\"{}\",\"run\":\"{}\",\"unit\":\"{}\",\"value\":{},\"p50_ms\":{},\"p99_ms\":{},"
       "\"p999_ms\":{},\"cpu_s\":{},\"rss_mb\":{},\"disk_mb\":{},\"baseline\":\"{}\",\"baseline_value\":{},"
@@ -150,11 +147,6 @@ std::string ToJson(const Result_& r, const std::string& run) {
       r.met.has_value() ? (*r.met ? "true" : "false") : "null");
   for (const auto& [k, v] : r.extra) out += fmt::format(",\"{}\":{}", k, JsonDouble(v));
   return out + "}";
-}
-
-void Progress(const std::string& line) {
-  std::fprintf(stderr, "  .. %s\n", line.c_str());
-  std::fflush(stderr);
 }
 
 // Sums "key":N over every object of a JSON text (the watermarks answer).
@@ -172,7 +164,7 @@ class Bench {
   explicit Bench(Flags f) : f_(std::move(f)) {}
 
   // Runs the selected workloads once; appends to *results.
-  Status RunOnce(int run, std::vector<Result_>* results);
+  Status RunOnce(int run, std::vector<WorkloadResult>* results);
 
  private:
   Status StartRedis();
@@ -185,13 +177,13 @@ class Bench {
   Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::string& topic);
   std::vector<std::string> TallyArgs(std::initializer_list<std::string> args) const;
 
-  Status Ingest(Result_* r);
-  Status Replay(Result_* r);
-  Status Freshness(Result_* r);
-  Status QueryCounts(Result_* r);
-  Status QueryBatch(Result_* r);
-  Status QueryUnread(Result_* r);
-  Status Storage(Result_* r);
+  Status Ingest(WorkloadResult* r);
+  Status Replay(WorkloadResult* r);
+  Status Freshness(WorkloadResult* r);
+  Status QueryCounts(WorkloadResult* r);
+  Status QueryBatch(WorkloadResult* r);
+  Status QueryUnread(WorkloadResult* r);
+  Status Storage(WorkloadResult* r);
 
   Result<std::map<std::string, double>> Wrk(int port, const std::string& mode, uint64_t n, uint64_t first,
                                             Process* server, double* cpu_s);
@@ -201,6 +193,12 @@ class Bench {
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   bool Selected(const std::string& w) const { return selected_.count(w) > 0; }
+  bool needs_redis() const {
+    for (const auto& w : selected_) {
+      if (!w.starts_with("cluster_")) return true;
+    }
+    return false;
+  }
 
   Flags f_;
   std::string dir_;
@@ -422,7 +420,7 @@ void AddRedisCommands(const schemas::Event& event, aggregator::EventRouter* rout
   }
 }
 
-Status Bench::Ingest(Result_* r) {
+Status Bench::Ingest(WorkloadResult* r) {
   r->workload = "ingest";
   r->unit = "events/s";
   r->baseline = "redis pipelined HINCRBY/HSET";
@@ -490,7 +488,7 @@ Status Bench::Ingest(Result_* r) {
 
 // ---- replay -----------------------------------------------------------------
 
-Status Bench::Replay(Result_* r) {
+Status Bench::Replay(WorkloadResult* r) {
   r->workload = "replay";
   r->unit = "events/s";
   r->baseline = "live ingest";
@@ -532,7 +530,7 @@ Status Bench::Replay(Result_* r) {
 
 // ---- freshness --------------------------------------------------------------
 
-Status Bench::Freshness(Result_* r) {
+Status Bench::Freshness(WorkloadResult* r) {
   r->workload = "freshness";
   r->unit = "events/s";
   r->target = "p99 <= 250 ms, load >= 0.97x";
@@ -766,7 +764,7 @@ Status Bench::LoadRedisQueryData() {
   return Status::Ok();
 }
 
-void FillWrk(Result_* r, const std::map<std::string, double>& m, double scale) {
+void FillWrk(WorkloadResult* r, const std::map<std::string, double>& m, double scale) {
   r->value = m.at("rps") * scale;
   r->p50_ms = m.at("p50_us") / 1000;
   r->p99_ms = m.at("p99_us") / 1000;
@@ -774,7 +772,7 @@ void FillWrk(Result_* r, const std::map<std::string, double>& m, double scale) {
   r->extra["errors"] = m.at("errors");
 }
 
-Status Bench::QueryCounts(Result_* r) {
+Status Bench::QueryCounts(WorkloadResult* r) {
   r->workload = "query_counts";
   r->unit = "requests/s";
   r->baseline = "redis-benchmark GET";
@@ -803,7 +801,7 @@ Status Bench::QueryCounts(Result_* r) {
   return Status::Ok();
 }
 
-Status Bench::QueryBatch(Result_* r) {
+Status Bench::QueryBatch(WorkloadResult* r) {
   r->workload = "query_batch";
   r->unit = "posts/s";
   r->baseline = "redis HGETALL pipelined x20";
@@ -826,7 +824,7 @@ Status Bench::QueryBatch(Result_* r) {
   return Status::Ok();
 }
 
-Status Bench::QueryUnread(Result_* r) {
+Status Bench::QueryUnread(WorkloadResult* r) {
   r->workload = "query_unread";
   r->unit = "requests/s";
   r->baseline = "redis-benchmark GET";
@@ -895,7 +893,7 @@ Status Bench::QueryUnread(Result_* r) {
 
 // ---- storage ----------------------------------------------------------------
 
-Status Bench::Storage(Result_* r) {
+Status Bench::Storage(WorkloadResult* r) {
   r->workload = "storage";
   r->unit = "B/post disk";
   r->baseline = "redis used_memory B/post";
@@ -1008,11 +1006,11 @@ Status Bench::Storage(Result_* r) {
 
 // ---- driver -----------------------------------------------------------------
 
-Status Bench::RunOnce(int run, std::vector<Result_>* results) {
+Status Bench::RunOnce(int run, std::vector<WorkloadResult>* results) {
   dir_ = fmt::format("{}/run{}", f_.work_dir, run);
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
-  TALLY_RETURN_IF_ERROR(StartRedis());
+  if (needs_redis()) TALLY_RETURN_IF_ERROR(StartRedis());
   ingest_rate_ = NAN;
   redis_get_rps_ = NAN;
   redis_query_data_ = false;
@@ -1021,17 +1019,17 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
   for (const char* w : {"ingest", "replay", "freshness", "query_counts", "query_batch", "query_unread"}) {
     needs_pipeline |= Selected(w);
   }
-  auto report = [&](Result_ r) {
+  auto report = [&](WorkloadResult r) {
     std::printf("%s\n", ToJson(r, std::to_string(run)).c_str());
     std::fflush(stdout);
     results->push_back(std::move(r));
   };
   if (needs_pipeline) {
     TALLY_RETURN_IF_ERROR(StartBroker());
-    Result_ r;
+    WorkloadResult r;
     TALLY_RETURN_IF_ERROR(Ingest(&r));
     if (Selected("ingest")) report(r);
-    using Fn = Status (Bench::*)(Result_*);
+    using Fn = Status (Bench::*)(WorkloadResult*);
     std::pair<const char*, Fn> steps[] = {{"replay", &Bench::Replay},
                                           {"freshness", &Bench::Freshness},
                                           {"query_counts", &Bench::QueryCounts},
@@ -1039,7 +1037,7 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
                                           {"query_unread", &Bench::QueryUnread}};
     for (auto [name, fn] : steps) {
       if (!Selected(name)) continue;
-      Result_ s;
+      WorkloadResult s;
       TALLY_RETURN_IF_ERROR((this->*fn)(&s));
       report(s);
     }
@@ -1048,11 +1046,41 @@ Status Bench::RunOnce(int run, std::vector<Result_>* results) {
     broker_.Stop();
   }
   if (Selected("storage")) {
-    Result_ r;
+    WorkloadResult r;
     TALLY_RETURN_IF_ERROR(Storage(&r));
     report(r);
   }
-  redis_.Stop();
+  if (needs_redis()) redis_.Stop();
+  if (Selected("cluster_failover") || Selected("cluster_restore") || Selected("cluster_ingest") ||
+      Selected("cluster_disk")) {
+    ClusterBenchOptions co;
+    co.tally = f_.tally;
+    co.dir = Path("cluster");
+    co.partitions = static_cast<int>(f_.partitions);
+    co.failover_partitions = static_cast<int>(f_.failover_partitions);
+    co.failover_rate = f_.failover_rate;
+    co.repeats = static_cast<int>(f_.cluster_repeats);
+    co.restore_events = f_.restore_events;
+    co.ingest_events = f_.cluster_events;
+    co.ingest_rate = f_.cluster_rate;
+    co.users = f_.users;
+    co.posts = f_.keys;
+    co.seed = f_.seed;
+    co.block_cache_mb = f_.block_cache_mb;
+    co.up_args = f_.up_args;
+    ClusterWorkloads cluster(co);
+    using Fn = Status (ClusterWorkloads::*)(std::vector<WorkloadResult>*);
+    std::pair<const char*, Fn> steps[] = {{"cluster_failover", &ClusterWorkloads::Failover},
+                                          {"cluster_restore", &ClusterWorkloads::Restore},
+                                          {"cluster_ingest", &ClusterWorkloads::Ingest},
+                                          {"cluster_disk", &ClusterWorkloads::Disk}};
+    for (auto [name, fn] : steps) {
+      if (!Selected(name)) continue;
+      std::vector<WorkloadResult> rows;
+      TALLY_RETURN_IF_ERROR((cluster.*fn)(&rows));
+      for (auto& r : rows) report(std::move(r));
+    }
+  }
   if (!f_.keep) std::filesystem::remove_all(dir_);
   return Status::Ok();
 }
@@ -1064,34 +1092,34 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// The per-workload medians of `all` (one Result_ per workload and run).
-std::vector<Result_> Medians(const std::vector<Result_>& all, int runs) {
-  std::vector<Result_> out;
+// The per-workload medians of `all` (one WorkloadResult per workload and run).
+std::vector<WorkloadResult> Medians(const std::vector<WorkloadResult>& all, int runs) {
+  std::vector<WorkloadResult> out;
   std::vector<std::string> order;
   for (const auto& r : all) {
     if (std::find(order.begin(), order.end(), r.workload) == order.end()) order.push_back(r.workload);
   }
   for (const auto& w : order) {
-    std::vector<const Result_*> rs;
+    std::vector<const WorkloadResult*> rs;
     for (const auto& r : all) if (r.workload == w) rs.push_back(&r);
-    Result_ m = *rs[0];
+    WorkloadResult m = *rs[0];
     auto med = [&](auto field) {
       std::vector<double> v;
       for (auto* r : rs) v.push_back(field(*r));
       return Median(v);
     };
-    m.value = med([](const Result_& r) { return r.value; });
-    m.p50_ms = med([](const Result_& r) { return r.p50_ms; });
-    m.p99_ms = med([](const Result_& r) { return r.p99_ms; });
-    m.p999_ms = med([](const Result_& r) { return r.p999_ms; });
-    m.cpu_s = med([](const Result_& r) { return r.cpu_s; });
-    m.rss_mb = med([](const Result_& r) { return r.rss_mb; });
-    m.disk_mb = med([](const Result_& r) { return r.disk_mb; });
-    m.baseline_value = med([](const Result_& r) { return r.baseline_value; });
-    m.ratio = med([](const Result_& r) { return r.ratio; });
+    m.value = med([](const WorkloadResult& r) { return r.value; });
+    m.p50_ms = med([](const WorkloadResult& r) { return r.p50_ms; });
+    m.p99_ms = med([](const WorkloadResult& r) { return r.p99_ms; });
+    m.p999_ms = med([](const WorkloadResult& r) { return r.p999_ms; });
+    m.cpu_s = med([](const WorkloadResult& r) { return r.cpu_s; });
+    m.rss_mb = med([](const WorkloadResult& r) { return r.rss_mb; });
+    m.disk_mb = med([](const WorkloadResult& r) { return r.disk_mb; });
+    m.baseline_value = med([](const WorkloadResult& r) { return r.baseline_value; });
+    m.ratio = med([](const WorkloadResult& r) { return r.ratio; });
     for (auto& [k, v] : m.extra) {
       std::string key = k;
-      v = med([&](const Result_& r) { return r.extra.count(key) ? r.extra.at(key) : NAN; });
+      v = med([&](const WorkloadResult& r) { return r.extra.count(key) ? r.extra.at(key) : NAN; });
     }
     int met = 0;
     for (auto* r : rs) met += r->met.value_or(false);
@@ -1103,16 +1131,18 @@ std::vector<Result_> Medians(const std::vector<Result_>& all, int runs) {
   return out;
 }
 
-void PrintTable(const std::vector<Result_>& rs, const std::string& title) {
+void PrintTable(const std::vector<WorkloadResult>& rs, const std::string& title) {
   std::printf("\n%s\n", title.c_str());
-  std::printf("%-13s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", "workload", "value", "unit", "p50 ms",
-              "p99 ms", "p99.9ms", "cpu s", "rss MB", "disk MB", "baseline", "ratio", "met", "target");
+  std::printf("%-20s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", "workload", "value",
+              "unit", "p50 ms", "p99 ms", "p99.9ms", "cpu s", "rss MB", "disk MB", "baseline",
+              "ratio", "met", "target");
   for (const auto& r : rs) {
-    std::printf("%-13s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", r.workload.c_str(),
-                Num(r.value).c_str(), r.unit.c_str(), Num(r.p50_ms, 2).c_str(), Num(r.p99_ms, 2).c_str(),
-                Num(r.p999_ms, 2).c_str(), Num(r.cpu_s).c_str(), Num(r.rss_mb, 0).c_str(), Num(r.disk_mb).c_str(),
-                Num(r.baseline_value).c_str(), Num(r.ratio, 3).c_str(),
-                r.met.has_value() ? (*r.met ? "yes" : "NO") : "-", r.target.c_str());
+    std::printf("%-20s %12s %-12s %8s %8s %8s %7s %7s %8s %12s %7s %-5s %s\n", r.workload.c_str(),
+                Num(r.value).c_str(), r.unit.c_str(), Num(r.p50_ms, 2).c_str(),
+                Num(r.p99_ms, 2).c_str(), Num(r.p999_ms, 2).c_str(), Num(r.cpu_s).c_str(),
+                Num(r.rss_mb, 0).c_str(), Num(r.disk_mb).c_str(), Num(r.baseline_value).c_str(),
+                Num(r.ratio, 3).c_str(), r.met.has_value() ? (*r.met ? "yes" : "NO") : "-",
+                r.target.c_str());
   }
   std::fflush(stdout);
 }
@@ -1123,9 +1153,11 @@ int Main(int argc, char** argv) {
   f.tally = self + "/tally";
   f.wrk_script = std::string(TALLY_BENCH_SOURCE_DIR) + "/wrk_report.lua";
   f.work_dir = (std::filesystem::temp_directory_path() / fmt::format("tally-bench-{}", ::getpid())).string();
-  base::FlagSet flags("tally-bench",
-                      "Benchmarks tally beside Redis in one run. Workloads: ingest, replay, freshness, "
-                      "query_counts, query_batch, query_unread, storage (or 'standard' for all).");
+  base::FlagSet flags(
+      "tally-bench",
+      "Benchmarks tally beside Redis in one run. Workloads: ingest, replay, freshness, "
+      "query_counts, query_batch, query_unread, storage (or 'standard' for all); "
+      "cluster_failover, cluster_restore, cluster_ingest, cluster_disk (by name only).");
   flags.String("benchmarks", &f.benchmarks, "comma-separated workloads, or 'standard'");
   flags.String("tally", &f.tally, "the tally binary");
   flags.String("work-dir", &f.work_dir, "scratch directory (state, logs); removed afterwards unless --keep");
@@ -1150,6 +1182,16 @@ int Main(int argc, char** argv) {
             "lets tally's threads run first, as with producers on other machines)");
   flags.Bool("keep", &f.keep, "keep the work directory");
   flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
+  flags.Int("failover-partitions", &f.failover_partitions,
+            "cluster_failover: partitions of tally's topics");
+  flags.Int("failover-rate", &f.failover_rate, "cluster_failover: events/s published throughout");
+  flags.Int("cluster-repeats", &f.cluster_repeats,
+            "cluster_failover: kills per --standbys value; cluster_restore: restores");
+  flags.Int("restore-events", &f.restore_events,
+            "cluster_restore: events whose deltas fill tally.deltas");
+  flags.Int("cluster-events", &f.cluster_events, "cluster_ingest, cluster_disk: events published");
+  flags.Int("cluster-rate", &f.cluster_rate,
+            "cluster_ingest, cluster_disk: events/s they are published at (0: at once)");
   bool help = false;
   if (auto st = flags.Parse(argc - 1, argv + 1, &help); !st.ok() || help) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(), flags.Usage().c_str());
@@ -1161,7 +1203,8 @@ int Main(int argc, char** argv) {
     size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     std::string w = list.substr(pos, comma - pos);
-    if (std::string(kStandard).find(w) == std::string::npos || w.empty()) {
+    if (w.empty() || (std::string(kStandard).find(w) == std::string::npos &&
+                      std::string(kCluster).find(w) == std::string::npos)) {
       std::fprintf(stderr, "tally-bench: unknown workload '%s'\n", w.c_str());
       return 2;
     }
@@ -1171,10 +1214,10 @@ int Main(int argc, char** argv) {
   base::SetLogLevel(base::LogLevel::kWarn);
   std::fprintf(stderr, "tally-bench: %s; %lld run(s); %u cores; work dir %s\n", list.c_str(),
                static_cast<long long>(f.runs), std::thread::hardware_concurrency(), f.work_dir.c_str());
-  std::vector<Result_> all;
+  std::vector<WorkloadResult> all;
   for (int run = 1; run <= f.runs; run++) {
     std::fprintf(stderr, "tally-bench: run %d of %lld\n", run, static_cast<long long>(f.runs));
-    std::vector<Result_> rs;
+    std::vector<WorkloadResult> rs;
     if (auto st = bench.RunOnce(run, &rs); !st.ok()) {
       std::fprintf(stderr, "tally-bench: %s\n", st.ToString().c_str());
       f.keep = true;

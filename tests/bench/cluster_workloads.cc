@@ -1,0 +1,917 @@
+#include "cluster_workloads.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "base/kafka.h"
+#include "cluster/member_info.h"
+#include "cluster/members_directory.h"
+#include "schemas/delta.h"
+#include "store/state_store.h"
+
+namespace tally::bench {
+namespace {
+
+using base::Result;
+using base::Status;
+using cluster::HasPartition;
+using cluster::MemberInfo;
+
+constexpr const char* kGroup = "bench";
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double Min(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
+}
+double Max(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::max_element(v.begin(), v.end());
+}
+
+// "a, b, c" of seconds, for progress lines.
+std::string Times(const std::vector<double>& v) {
+  std::vector<std::string> s;
+  for (double x : v) s.push_back(fmt::format("{:.2f}", x));
+  return fmt::format("{}", fmt::join(s, ", "));
+}
+
+// The value of an unlabelled metric in a Prometheus text answer; NaN if
+// absent.
+double MetricValue(std::string_view body, std::string_view name) {
+  std::string needle = fmt::format("\n{} ", name);
+  size_t at = body.find(needle);
+  if (at == std::string_view::npos) return NAN;
+  return std::strtod(std::string(body.substr(at + needle.size(), 32)).c_str(), nullptr);
+}
+
+// CPU seconds of each thread of `pid` so far, by thread id, with its name.
+std::map<std::string, std::pair<std::string, double>> ThreadCpu(pid_t pid) {
+  std::map<std::string, std::pair<std::string, double>> out;
+  std::error_code ec;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(e.path() / "stat");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t lp = s.find('('), rp = s.rfind(')');
+    if (lp == std::string::npos || rp == std::string::npos) continue;
+    std::istringstream fields(s.substr(rp + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    // After ") ": state(3) ... utime(14) stime(15), as in Process::CpuSeconds.
+    for (int i = 3; i <= 15 && fields >> f; i++) {
+      if (i == 14) utime = std::stoull(f);
+      if (i == 15) stime = std::stoull(f);
+    }
+    out[e.path().filename().string()] = {s.substr(lp + 1, rp - lp - 1),
+                                         static_cast<double>(utime + stime) / tick};
+  }
+  return out;
+}
+
+// One `tally up --brokers` child.
+struct Member {
+  std::string id;  // "127.0.0.1:PORT", its member id
+  int port = 0;
+  std::string dir;
+  std::string log;
+  std::unique_ptr<Process> proc;
+  std::unique_ptr<HttpClient> http;
+  bool gone = false;  // killed or stopped: no longer expected in the cluster
+};
+
+// A broker, its members and a reader of the members directory.
+class Cluster {
+ public:
+  Cluster(const ClusterBenchOptions& o, std::string dir, int partitions, int standbys)
+      : o_(o), dir_(std::move(dir)), partitions_(partitions), standbys_(standbys) {}
+
+  ~Cluster() {
+    directory_.reset();
+    watermark_client_.reset();
+    for (auto& m : members_) {
+      if (!m->gone) ::kill(m->proc->pid(), SIGTERM);
+    }
+    for (auto& m : members_) {
+      if (!m->gone && m->proc->Wait(15) == -1) m->proc->Stop(1);
+    }
+    broker_.Stop();
+  }
+
+  Status Start() {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    int port = FreePort();
+    brokers_ = fmt::format("127.0.0.1:{}", port);
+    TALLY_RETURN_IF_ERROR(
+        broker_.Start({o_.tally, "broker", "--port", std::to_string(port), "--partitions",
+                       std::to_string(partitions_), "--log-level", "warn"},
+                      Path("broker.log")));
+    if (!WaitForPort(port, 15))
+      return Status::Unavailable("tally broker did not start; see " + Path("broker.log"));
+    cluster::MembersDirectoryOptions d;
+    d.kafka.brokers = brokers_;
+    d.kafka.embedded = true;
+    d.member = "tally-bench";
+    d.group = kGroup;
+    auto dir = cluster::MembersDirectory::Start(std::move(d));
+    if (!dir.ok()) return dir.status();
+    directory_ = std::move(dir).value();
+    return Status::Ok();
+  }
+
+  // Starts a member with an empty state directory on a new port.
+  Result<Member*> Add() {
+    auto m = std::make_unique<Member>();
+    m->port = FreePort();
+    m->id = fmt::format("127.0.0.1:{}", m->port);
+    m->dir = Path(fmt::format("member-{}", m->port));
+    m->log = Path(fmt::format("member-{}.log", m->port));
+    std::vector<std::string> argv = {o_.tally,           "up",
+                                     "--brokers",        brokers_,
+                                     "--group",          kGroup,
+                                     "--state-dir",      m->dir,
+                                     "--http",           m->id,
+                                     "--partitions",     std::to_string(partitions_),
+                                     "--standbys",       std::to_string(standbys_),
+                                     "--block-cache-mb", std::to_string(o_.block_cache_mb),
+                                     "--log-level",      "info"};
+    argv.insert(argv.end(), o_.up_args.begin(), o_.up_args.end());
+    m->proc = std::make_unique<Process>();
+    TALLY_RETURN_IF_ERROR(m->proc->Start(argv, m->log));
+    m->http = std::make_unique<HttpClient>(m->port);
+    members_.push_back(std::move(m));
+    return members_.back().get();
+  }
+
+  void Kill(Member* m) {
+    ::kill(m->proc->pid(), SIGKILL);
+    m->gone = true;
+    m->proc->Wait(10);
+  }
+
+  // SIGTERM: a clean leave. Waits for the exit.
+  void Leave(Member* m) {
+    m->gone = true;
+    m->proc->Stop(30);
+  }
+
+  // SIGTERM to every member at once, then waits for each.
+  void StopAll() {
+    for (auto& m : members_) {
+      if (!m->gone) ::kill(m->proc->pid(), SIGTERM);
+    }
+    for (auto& m : members_) {
+      if (m->gone) continue;
+      m->gone = true;
+      if (m->proc->Wait(30) == -1) m->proc->Stop(1);
+    }
+  }
+
+  std::vector<Member*> Alive() const {
+    std::vector<Member*> v;
+    for (const auto& m : members_) {
+      if (!m->gone) v.push_back(m.get());
+    }
+    return v;
+  }
+
+  // The directory's live records of the members not killed or stopped: a
+  // killed member's record stays live in the directory until it expires.
+  std::vector<MemberInfo> View() const {
+    std::set<std::string> alive;
+    for (const auto& m : members_) {
+      if (!m->gone) alive.insert(m->id);
+    }
+    std::vector<MemberInfo> v;
+    for (auto& info : directory_->Snapshot()) {
+      if (alive.count(info.member)) v.push_back(std::move(info));
+    }
+    return v;
+  }
+
+  // Whether `view` is a settled cluster of every alive member: each
+  // partition owned by exactly one, nothing restoring, owned partitions
+  // spread evenly, and each partition with its standbys. Says why not in
+  // *why.
+  bool Settled(const std::vector<MemberInfo>& view, std::string* why) const {
+    const size_t n = Alive().size();
+    if (view.size() != n) {
+      *why = fmt::format("{} of {} members in the directory", view.size(), n);
+      return false;
+    }
+    size_t lo = SIZE_MAX, hi = 0;
+    for (const auto& m : view) {
+      if (!m.restoring.empty()) {
+        *why = fmt::format("{} restoring {} partitions", m.member, m.restoring.size());
+        return false;
+      }
+      lo = std::min(lo, m.owns.size());
+      hi = std::max(hi, m.owns.size());
+    }
+    if (hi - lo > 1) {
+      *why = fmt::format("uneven: members own {} to {} partitions", lo, hi);
+      return false;
+    }
+    const int want_standbys = std::min<int>(standbys_, static_cast<int>(n) - 1);
+    for (int32_t p = 0; p < partitions_; p++) {
+      int owners = 0, standbys = 0;
+      for (const auto& m : view) {
+        owners += HasPartition(m.owns, p);
+        standbys += HasPartition(m.standby, p);
+      }
+      if (owners != 1) {
+        *why = fmt::format("partition {} has {} owners", p, owners);
+        return false;
+      }
+      if (standbys < want_standbys) {
+        *why = fmt::format("partition {} has {} of {} standbys", p, standbys, want_standbys);
+        return false;
+      }
+    }
+    why->clear();
+    return true;
+  }
+
+  // Waits until the cluster is settled and has stayed so for 2 s (a
+  // rebalance passes through states that look settled for a moment).
+  // `on_poll` runs at every look (every 50 ms).
+  Status WaitSettled(double timeout_s, const std::string& what,
+                     const std::function<void()>& on_poll = {}) {
+    auto t0 = Clock::now();
+    auto last_print = t0;
+    std::optional<Clock::time_point> since;
+    std::string why;
+    while (true) {
+      for (Member* m : Alive()) {
+        if (!m->proc->running())
+          return Status::Internal(fmt::format("{} exited; see {}", m->id, m->log));
+      }
+      if (on_poll) on_poll();
+      if (Settled(View(), &why)) {
+        if (!since) since = Clock::now();
+        if (SecondsSince(*since) >= 2) return Status::Ok();
+      } else {
+        since.reset();
+      }
+      if (SecondsSince(t0) > timeout_s) {
+        return Status::Unavailable(
+            fmt::format("{}: not settled after {:.0f} s: {}", what, timeout_s, why));
+      }
+      if (SecondsSince(last_print) >= 5) {
+        last_print = Clock::now();
+        Progress(fmt::format("{}: settling ({:.0f} s): {}", what, SecondsSince(t0),
+                             why.empty() ? "settled" : why));
+      }
+      SleepMs(50);
+    }
+  }
+
+  Result<std::vector<base::PartitionOffsets>> TopicWatermarks(std::string_view topic) {
+    if (!watermark_client_) {
+      base::KafkaOptions ko;
+      ko.brokers = brokers_;
+      ko.embedded = true;
+      auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, ko, {});
+      if (!conf.ok()) return conf.status();
+      auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
+      if (!rk.ok()) return rk.status();
+      watermark_client_ = std::move(rk).value();
+    }
+    return base::QueryWatermarks(watermark_client_.get(), topic, 10000);
+  }
+
+  // A member's GET /metrics.
+  Result<std::string> Metrics(Member* m) {
+    int status = 0;
+    std::string body;
+    TALLY_RETURN_IF_ERROR(m->http->Get("/metrics", &status, &body));
+    if (status != 200)
+      return Status::Unavailable(fmt::format("{}: GET /metrics: HTTP {}", m->id, status));
+    return body;
+  }
+
+  std::vector<std::string> TallyArgs(std::initializer_list<std::string> args) const {
+    std::vector<std::string> v = {o_.tally};
+    v.insert(v.end(), args);
+    return v;
+  }
+
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  const std::string& brokers() const { return brokers_; }
+  int partitions() const { return partitions_; }
+  int32_t global_partition() const {
+    return static_cast<int32_t>(
+        schemas::PartitionOf(schemas::kGlobalEntity, static_cast<uint32_t>(partitions_)));
+  }
+
+ private:
+  const ClusterBenchOptions& o_;
+  const std::string dir_;
+  const int partitions_;
+  const int standbys_;
+  std::string brokers_;
+  Process broker_;
+  std::vector<std::unique_ptr<Member>> members_;
+  std::unique_ptr<cluster::MembersDirectory> directory_;
+  base::KafkaHandle watermark_client_;
+};
+
+// The members' counters summed, and CPU, at one look.
+struct Look {
+  double routed = 0;            // tally_router_events_total
+  double lost = 0;              // tally_input_lost_records_total + tally_deltas_lost_records_total
+  double cpu_s = 0;             // utime + stime of every member
+  std::vector<double> applied;  // tally_applier_deltas_total per member
+};
+
+Result<Look> LookAt(Cluster* c) {
+  Look l;
+  for (Member* m : c->Alive()) {
+    auto body = c->Metrics(m);
+    if (!body.ok()) return body.status();
+    l.routed += MetricValue(*body, "tally_router_events_total");
+    l.lost += MetricValue(*body, "tally_input_lost_records_total") +
+              MetricValue(*body, "tally_deltas_lost_records_total");
+    l.applied.push_back(MetricValue(*body, "tally_applier_deltas_total"));
+    l.cpu_s += m->proc->CpuSeconds();
+  }
+  return l;
+}
+
+// Waits until the members have routed `routed` events (counting those the
+// broker dropped before they were read) and no member has applied a delta
+// for `quiet_s`: lag 0 without per-partition offsets to compare. *last is
+// the look at the last change.
+Status WaitQuiet(Cluster* c, double routed, double quiet_s, double timeout_s,
+                 const std::string& what, Look* last, Clock::time_point* last_change) {
+  auto t0 = Clock::now();
+  auto last_print = t0;
+  std::vector<double> prev;
+  *last_change = Clock::now();
+  while (true) {
+    auto l = LookAt(c);
+    if (l.ok()) {
+      if (l->applied != prev) {
+        prev = l->applied;
+        *last = *l;
+        *last_change = Clock::now();
+      }
+      if (l->routed + l->lost >= routed && SecondsSince(*last_change) >= quiet_s)
+        return Status::Ok();
+      if (SecondsSince(last_print) >= 5) {
+        last_print = Clock::now();
+        double applied = 0;
+        for (double a : l->applied) applied += a;
+        Progress(fmt::format("{}: {:.0f}/{:.0f} events routed, {:.0f} deltas applied, {:.0f} s",
+                             what, l->routed, routed, applied, SecondsSince(t0)));
+      }
+    }
+    if (SecondsSince(t0) > timeout_s)
+      return Status::Unavailable(fmt::format("{}: not applied within {:.0f} s", what, timeout_s));
+    SleepMs(50);
+  }
+}
+
+// A line of a member's log: "2026-11-25T20:13:24.274Z INFO  applier: ..." ->
+// its time in ms since the epoch; -1 if it has none.
+int64_t LogLineMs(const std::string& line) {
+  int y, mo, d, h, mi, s, ms;
+  if (std::sscanf(line.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &y, &mo, &d, &h, &mi, &s, &ms) != 7)
+    return -1;
+  std::tm tm{};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = s;
+  return static_cast<int64_t>(::timegm(&tm)) * 1000 + ms;
+}
+
+// The partitions a member restored from offset 0 as their owner, from its
+// log: when it started ("applying from offset 0 as owner") and when it had
+// caught up ("caught up at offset N; served here as owner").
+struct RestoreSpan {
+  int64_t start_ms = -1, end_ms = -1;
+  int64_t records = 0;
+};
+
+std::map<int32_t, RestoreSpan> RestoresInLog(const std::string& path) {
+  std::map<int32_t, RestoreSpan> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t at = line.find("tally.deltas/");
+    if (at == std::string::npos) continue;
+    int32_t p = std::atoi(line.c_str() + at + 13);
+    if (line.find(": applying from offset 0 as owner") != std::string::npos) {
+      out[p].start_ms = LogLineMs(line);
+    } else if (size_t c = line.find(": caught up at offset ");
+               c != std::string::npos && line.find("served here as owner") != std::string::npos) {
+      auto it = out.find(p);
+      if (it == out.end() || it->second.end_ms >= 0) continue;
+      it->second.end_ms = LogLineMs(line);
+      it->second.records = std::atoll(line.c_str() + c + 22);
+    }
+  }
+  for (auto it = out.begin(); it != out.end();) {
+    it = it->second.end_ms < 0 ? out.erase(it) : std::next(it);
+  }
+  return out;
+}
+
+// Bytes of a stopped member's state directory once every partition in it
+// is compacted: what it holds, apart from when RocksDB last flushed.
+Result<uint64_t> CompactedBytes(const std::string& dir) {
+  std::vector<uint32_t> parts;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory(ec) && name.rfind("partition-", 0) == 0) {
+      parts.push_back(static_cast<uint32_t>(std::atoi(name.c_str() + 10)));
+    }
+  }
+  {
+    store::StoreOptions so;
+    so.dir = dir;
+    so.partitions = 0;  // as recorded
+    so.open_partitions = parts;
+    so.block_cache_bytes = 8ull << 20;
+    so.min_free_bytes = 0;
+    so.inactive_days = 0;  // purge nothing: only what compaction merges counts
+    so.dedup_hours = 24 * 365 * 100;
+    auto st = store::StateStore::Open(so);
+    if (!st.ok()) return st.status();
+    TALLY_RETURN_IF_ERROR((*st)->CompactAll());
+  }
+  return DirBytes(dir);
+}
+
+WorkloadResult Row(const std::string& workload, const std::string& unit, double value) {
+  WorkloadResult r;
+  r.workload = workload;
+  r.unit = unit;
+  r.value = value;
+  return r;
+}
+
+}  // namespace
+
+ClusterWorkloads::ClusterWorkloads(ClusterBenchOptions options) : o_(std::move(options)) {
+  std::filesystem::create_directories(o_.dir);
+}
+
+ClusterWorkloads::~ClusterWorkloads() = default;
+
+// ---- cluster_failover -------------------------------------------------------
+
+Status ClusterWorkloads::Failover(std::vector<WorkloadResult>* rows) {
+  for (int standbys : {0, 1}) {
+    const std::string what = fmt::format("cluster_failover standbys={}", standbys);
+    Cluster c(o_, fmt::format("{}/failover-standbys{}", o_.dir, standbys), o_.failover_partitions,
+              standbys);
+    TALLY_RETURN_IF_ERROR(c.Start());
+    Progress(fmt::format("{}: 3 members, {} partitions, {} events/s", what, c.partitions(),
+                         o_.failover_rate));
+    for (int i = 0; i < 3; i++) TALLY_RETURN_IF_ERROR(c.Add().status());
+    Process load;
+    TALLY_RETURN_IF_ERROR(
+        load.Start(c.TallyArgs({"produce", "--brokers", c.brokers(), "--gen",
+                                std::to_string(o_.failover_rate * 7200), "--rate",
+                                std::to_string(o_.failover_rate), "--seed", std::to_string(o_.seed),
+                                "--users", std::to_string(o_.users), "--posts",
+                                std::to_string(o_.posts), "--log-level", "warn"}),
+                   c.Path("produce.log")));
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(300, what));
+
+    std::vector<double> served, unserved, owned, redundant, moved, rejoin;
+    for (int rep = 1; rep <= o_.repeats; rep++) {
+      // The victim: the member owning the most partitions.
+      auto view = c.View();
+      const MemberInfo* top = nullptr;
+      for (const auto& m : view) {
+        if (!top || m.owns.size() > top->owns.size()) top = &m;
+      }
+      Member* victim = nullptr;
+      for (Member* m : c.Alive()) {
+        if (m->id == top->member) victim = m;
+      }
+      const std::vector<int32_t> parts = top->owns;
+      Progress(fmt::format("{}: kill {} of {}: SIGKILL {} (owns {})", what, rep, o_.repeats,
+                           victim->id, fmt::join(parts, ",")));
+      auto t0 = Clock::now();
+      c.Kill(victim);
+      // served: from the kill until every partition is served and stays
+      // so to the end of the watch; unserved: how long, in all, some
+      // partition had no current holder (a standby may drop its copy
+      // before an owner takes over).
+      double t_served = NAN, t_owned = NAN, t_redundant = NAN, unserved_s = 0, last_t = 0;
+      bool was_served = true;
+      while (SecondsSince(t0) < 900) {
+        auto v = c.View();
+        const double t = SecondsSince(t0);
+        bool all_served = true, all_owned = true, all_redundant = true;
+        for (int32_t p : parts) {
+          int owners = 0, standby = 0;
+          for (const auto& m : v) {
+            owners += HasPartition(m.owns, p);
+            standby += HasPartition(m.standby, p);
+          }
+          all_served &= owners + standby > 0;
+          all_owned &= owners > 0;
+          all_redundant &= owners > 0 && standby >= standbys;
+        }
+        if (!was_served) unserved_s += t - last_t;
+        if (all_served && (std::isnan(t_served) || !was_served)) t_served = t;
+        was_served = all_served;
+        last_t = t;
+        if (all_owned && std::isnan(t_owned)) t_owned = t;
+        if (all_redundant && std::isnan(t_redundant)) t_redundant = t;
+        if (!std::isnan(t_owned) && !std::isnan(t_redundant) && all_served) break;
+        SleepMs(5);
+      }
+      if (std::isnan(t_owned) || std::isnan(t_redundant)) {
+        return Status::Unavailable(
+            fmt::format("{}: partitions of {} not owned again within 900 s", what, victim->id));
+      }
+      served.push_back(t_served);
+      unserved.push_back(unserved_s);
+      owned.push_back(t_owned);
+      redundant.push_back(t_redundant);
+      moved.push_back(static_cast<double>(parts.size()));
+      Progress(
+          fmt::format("{}: served for good after {:.2f} s ({:.2f} s unserved in all), owned after "
+                      "{:.2f} s, with {} "
+                      "standby after {:.2f} s",
+                      what, t_served, unserved_s, t_owned, standbys, t_redundant));
+      if (rep < o_.repeats) {
+        // Through the embedded broker a restore from offset 0 goes one
+        // produced batch per partition per fetch, so it can take minutes.
+        Progress(fmt::format("{}: a fresh member replaces it", what));
+        auto s0 = Clock::now();
+        TALLY_RETURN_IF_ERROR(c.Add().status());
+        TALLY_RETURN_IF_ERROR(c.WaitSettled(900, what));
+        rejoin.push_back(SecondsSince(s0));
+        Progress(fmt::format("{}: settled again {:.1f} s after the fresh member started", what,
+                             rejoin.back()));
+      }
+    }
+    load.Stop(5);
+    c.StopAll();
+    WorkloadResult r =
+        Row(fmt::format("cluster_failover/sb{}", standbys), "s served", Median(served));
+    r.target = standbys ? "served by the standby at once" : "-";
+    r.extra["served_s_min"] = Min(served);
+    r.extra["served_s_max"] = Max(served);
+    r.extra["unserved_s"] = Median(unserved);
+    r.extra["unserved_s_max"] = Max(unserved);
+    r.extra["owned_s"] = Median(owned);
+    r.extra["owned_s_min"] = Min(owned);
+    r.extra["owned_s_max"] = Max(owned);
+    if (standbys > 0) {
+      r.extra["standby_again_s"] = Median(redundant);
+      r.extra["standby_again_s_min"] = Min(redundant);
+      r.extra["standby_again_s_max"] = Max(redundant);
+    }
+    r.extra["partitions_moved"] = Median(moved);
+    r.extra["replacement_settled_s"] = Median(rejoin);
+    r.extra["kills"] = static_cast<double>(served.size());
+    std::printf("\n%s (%d partitions, %lld events/s, %d kills)\n", what.c_str(),
+                o_.failover_partitions, static_cast<long long>(o_.failover_rate), o_.repeats);
+    std::printf("  %-50s %8s %8s %8s   %s\n", "from SIGKILL until", "median", "min", "max", "each");
+    auto line = [](const char* name, const std::vector<double>& v) {
+      std::printf("  %-50s %8.2f %8.2f %8.2f   %s\n", name, Median(v), Min(v), Max(v),
+                  Times(v).c_str());
+    };
+    line("served for good (a live member lists each current)", served);
+    line("  of which some partition was unserved", unserved);
+    line("owned again (a live member owns each)", owned);
+    if (standbys > 0) line("owned again and with a current standby", redundant);
+    if (!rejoin.empty()) line("(a fresh member: start until settled)", rejoin);
+    std::fflush(stdout);
+    rows->push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
+// ---- cluster_restore --------------------------------------------------------
+
+Status ClusterWorkloads::Restore(std::vector<WorkloadResult>* rows) {
+  const std::string what = "cluster_restore";
+  Cluster c(o_, o_.dir + "/restore", o_.partitions, 0);
+  TALLY_RETURN_IF_ERROR(c.Start());
+  auto a = c.Add();
+  if (!a.ok()) return a.status();
+  TALLY_RETURN_IF_ERROR(c.WaitSettled(120, what));
+  Progress(fmt::format("{}: {} events through one member into tally.deltas ({} partitions)", what,
+                       o_.restore_events, c.partitions()));
+  auto produced = RunCapture(
+      c.TallyArgs({"produce", "--brokers", c.brokers(), "--gen", std::to_string(o_.restore_events),
+                   "--seed", std::to_string(o_.seed), "--users", std::to_string(o_.users),
+                   "--posts", std::to_string(o_.posts), "--log-level", "warn"}),
+      c.Path("produce.log"), 900);
+  if (!produced.ok()) return produced.status();
+  Look last;
+  Clock::time_point last_change;
+  TALLY_RETURN_IF_ERROR(WaitQuiet(&c, static_cast<double>(o_.restore_events), 2, 900,
+                                  what + ": filling", &last, &last_change));
+  auto wm = c.TopicWatermarks(base::kDeltasTopic);
+  if (!wm.ok()) return wm.status();
+  int64_t deltas_records = 0;
+  for (const auto& p : *wm) {
+    if (p.low != 0) {
+      return Status::ResourceExhausted(fmt::format(
+          "tally.deltas/{} starts at offset {}: the embedded broker dropped records; use fewer "
+          "--restore-events or more --partitions",
+          p.partition, p.low));
+    }
+    deltas_records += p.high;
+  }
+  Progress(fmt::format("{}: tally.deltas holds {} records, {:.0f} deltas applied by one member",
+                       what, deltas_records, last.applied.empty() ? 0.0 : last.applied[0]));
+
+  std::vector<double> records_s, deltas_s, seconds, parts, records, deltas;
+  for (int rep = 1; rep <= o_.repeats; rep++) {
+    auto b = c.Add();
+    if (!b.ok()) return b.status();
+    Member* m = *b;
+    Progress(fmt::format("{}: {} of {}: a fresh member {} joins", what, rep, o_.repeats, m->id));
+    // Its applied deltas over time, to count those of the restore alone.
+    std::vector<std::pair<int64_t, double>> samples;
+    auto sample = [&] {
+      auto body = c.Metrics(m);
+      if (body.ok())
+        samples.emplace_back(WallMs(), MetricValue(*body, "tally_applier_deltas_total"));
+    };
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(600, what, sample));
+    auto spans = RestoresInLog(m->log);
+    if (spans.empty())
+      return Status::Internal(fmt::format("{}: no partition restored from 0 in {}", what, m->log));
+    int64_t start = INT64_MAX, end = 0, recs = 0;
+    for (const auto& [p, s] : spans) {
+      start = std::min(start, s.start_ms);
+      end = std::max(end, s.end_ms);
+      recs += s.records;
+    }
+    double before = 0;
+    for (const auto& [t, v] : samples) {
+      if (t <= start && !std::isnan(v)) before = v;
+    }
+    sample();
+    const double after = samples.empty() ? NAN : samples.back().second;
+    const double secs = std::max(0.001, static_cast<double>(end - start) / 1000.0);
+    records_s.push_back(static_cast<double>(recs) / secs);
+    deltas_s.push_back((after - before) / secs);
+    seconds.push_back(secs);
+    parts.push_back(static_cast<double>(spans.size()));
+    records.push_back(static_cast<double>(recs));
+    deltas.push_back(after - before);
+    Progress(fmt::format(
+        "{}: {} partitions, {} records, {:.0f} deltas restored in {:.2f} s: {:.0f} records/s, "
+        "{:.0f} deltas/s",
+        what, spans.size(), recs, after - before, secs, records_s.back(), deltas_s.back()));
+    // It leaves; the first member takes its partitions back (restoring them
+    // from 0 too: it dropped them), and the next fresh member joins.
+    c.Leave(m);
+    TALLY_RETURN_IF_ERROR(c.WaitSettled(600, what));
+    std::filesystem::remove_all(m->dir);
+  }
+  c.StopAll();
+  WorkloadResult r = Row("cluster_restore", "deltas/s", Median(deltas_s));
+  r.extra["deltas_s_min"] = Min(deltas_s);
+  r.extra["deltas_s_max"] = Max(deltas_s);
+  r.extra["records_s"] = Median(records_s);
+  r.extra["records_s_min"] = Min(records_s);
+  r.extra["records_s_max"] = Max(records_s);
+  r.extra["seconds"] = Median(seconds);
+  r.extra["partitions"] = Median(parts);
+  r.extra["records"] = Median(records);
+  r.extra["deltas"] = Median(deltas);
+  r.extra["deltas_topic_records"] = static_cast<double>(deltas_records);
+  std::printf(
+      "\n%s (%d partitions, tally.deltas of %lld events: %lld records; a fresh member restores its "
+      "share)\n",
+      what.c_str(), c.partitions(), static_cast<long long>(o_.restore_events),
+      static_cast<long long>(deltas_records));
+  std::printf("  %-24s %12s %12s %12s   %s\n", "", "median", "min", "max", "each");
+  auto line = [](const char* name, const std::vector<double>& v) {
+    std::vector<std::string> s;
+    for (double x : v) s.push_back(fmt::format("{:.0f}", x));
+    std::printf("  %-24s %12.0f %12.0f %12.0f   %s\n", name, Median(v), Min(v), Max(v),
+                fmt::format("{}", fmt::join(s, ", ")).c_str());
+  };
+  line("records/s", records_s);
+  line("deltas/s", deltas_s);
+  line("partitions restored", parts);
+  line("records restored", records);
+  line("deltas restored", deltas);
+  std::printf("  %-24s %12.2f %12.2f %12.2f   %s\n", "seconds", Median(seconds), Min(seconds),
+              Max(seconds), Times(seconds).c_str());
+  std::fflush(stdout);
+  rows->push_back(std::move(r));
+  return Status::Ok();
+}
+
+// ---- cluster_ingest, cluster_disk -------------------------------------------
+
+Result<ClusterWorkloads::IngestRun> ClusterWorkloads::RunIngest(int members) {
+  if (auto it = ingest_runs_.find(members); it != ingest_runs_.end()) return it->second;
+  const std::string what = fmt::format("cluster_ingest members={}", members);
+  Cluster c(o_, fmt::format("{}/ingest-{}", o_.dir, members), o_.partitions, 0);
+  TALLY_RETURN_IF_ERROR(c.Start());
+  for (int i = 0; i < members; i++) TALLY_RETURN_IF_ERROR(c.Add().status());
+  TALLY_RETURN_IF_ERROR(c.WaitSettled(240, what));
+  IngestRun run;
+
+  // What the settled members cost at rest (heartbeats, polls, these looks).
+  auto idle0 = LookAt(&c);
+  if (!idle0.ok()) return idle0.status();
+  auto i0 = Clock::now();
+  while (SecondsSince(i0) < 5) {
+    (void)LookAt(&c);
+    SleepMs(50);
+  }
+  auto idle1 = LookAt(&c);
+  if (!idle1.ok()) return idle1.status();
+  run.idle_cpu_s = (idle1->cpu_s - idle0->cpu_s) / SecondsSince(i0);
+
+  Progress(fmt::format("{}: publishing {} events at {} events/s", what, o_.ingest_events,
+                       o_.ingest_rate));
+  auto l0 = LookAt(&c);
+  if (!l0.ok()) return l0.status();
+  std::vector<std::map<std::string, std::pair<std::string, double>>> threads0;
+  for (Member* m : c.Alive()) threads0.push_back(ThreadCpu(m->proc->pid()));
+  auto t0 = Clock::now();
+  auto produced = RunCapture(
+      c.TallyArgs({"produce", "--brokers", c.brokers(), "--gen", std::to_string(o_.ingest_events),
+                   "--rate", std::to_string(o_.ingest_rate), "--seed", std::to_string(o_.seed),
+                   "--users", std::to_string(o_.users), "--posts", std::to_string(o_.posts),
+                   "--log-level", "warn"}),
+      c.Path("produce.log"), 1800);
+  if (!produced.ok()) return produced.status();
+  Look last;
+  Clock::time_point last_change;
+  TALLY_RETURN_IF_ERROR(WaitQuiet(&c, l0->routed + static_cast<double>(o_.ingest_events), 1.5, 900,
+                                  what, &last, &last_change));
+  run.cpu_s = last.cpu_s - l0->cpu_s;
+  {
+    auto alive = c.Alive();
+    for (size_t i = 0; i < alive.size(); i++) {
+      for (const auto& [tid, t] : ThreadCpu(alive[i]->proc->pid())) {
+        auto before = threads0[i].find(tid);
+        run.thread_cpu_s[t.first] +=
+            t.second - (before == threads0[i].end() ? 0.0 : before->second.second);
+      }
+    }
+  }
+  run.seconds = std::chrono::duration<double>(last_change - t0).count();
+  run.lost = last.lost - l0->lost;
+  for (const auto& info : c.View()) run.owns.push_back(info.owns);
+  SleepMs(3000);
+  for (Member* m : c.Alive()) run.disk_bytes.push_back(DirBytes(m->dir));
+  auto alive = c.Alive();
+  c.StopAll();
+  for (Member* m : alive) {
+    auto b = CompactedBytes(m->dir);
+    if (!b.ok()) return b.status();
+    run.disk_bytes_stop.push_back(*b);
+  }
+  double us = run.cpu_s / static_cast<double>(o_.ingest_events) * 1e6;
+  Progress(fmt::format("{}: {:.2f} CPU s in {:.1f} s: {:.2f} us/event (idle {:.1f}% CPU); disk {}",
+                       what, run.cpu_s, run.seconds, us, run.idle_cpu_s * 100,
+                       fmt::join(run.disk_bytes, " / ")));
+  ingest_runs_[members] = run;
+  return run;
+}
+
+Status ClusterWorkloads::Ingest(std::vector<WorkloadResult>* rows) {
+  const double n = static_cast<double>(o_.ingest_events);
+  double base = NAN;
+  std::printf("\ncluster_ingest (%lld events at %lld events/s, %d partitions)\n",
+              static_cast<long long>(o_.ingest_events), static_cast<long long>(o_.ingest_rate),
+              o_.partitions);
+  std::printf("  %-8s %10s %12s %12s %14s %10s %8s\n", "members", "CPU s", "us/event", "x 1 member",
+              "net us/event", "idle CPU%", "seconds");
+  for (int k = 1; k <= 3; k++) {
+    auto run = RunIngest(k);
+    if (!run.ok()) return run.status();
+    const double us = run->cpu_s / n * 1e6;
+    const double net = (run->cpu_s - run->idle_cpu_s * run->seconds) / n * 1e6;
+    if (k == 1) base = us;
+    WorkloadResult r = Row(fmt::format("cluster_ingest/{}", k), "us/event", us);
+    r.cpu_s = run->cpu_s;
+    r.baseline = "1 member";
+    r.baseline_value = base;
+    r.ratio = us / base;
+    r.target = "<= 1.15x";
+    r.met = r.ratio <= 1.15;
+    r.extra["net_us_per_event"] = net;
+    r.extra["idle_cpu_pct"] = run->idle_cpu_s * 100;
+    r.extra["seconds"] = run->seconds;
+    r.extra["lost_records"] = run->lost;
+    std::printf("  %-8d %10.2f %12.2f %12.3f %14.2f %10.1f %8.1f\n", k, run->cpu_s, us, r.ratio,
+                net, run->idle_cpu_s * 100, run->seconds);
+    std::fflush(stdout);
+    rows->push_back(std::move(r));
+  }
+  // Where the CPU went: every member's threads by name (after the last
+  // delta applied, a little later than the total above).
+  std::set<std::string> names;
+  for (int k = 1; k <= 3; k++) {
+    for (const auto& [name, s] : ingest_runs_[k].thread_cpu_s) names.insert(name);
+  }
+  std::printf("  CPU us/event by thread name  %10s %10s %10s\n", "1 member", "2", "3");
+  for (const auto& name : names) {
+    std::printf("  %-28s", name.c_str());
+    for (int k = 1; k <= 3; k++) {
+      auto& t = ingest_runs_[k].thread_cpu_s;
+      std::printf(" %10.2f", t.count(name) ? t[name] / n * 1e6 : 0.0);
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+Status ClusterWorkloads::Disk(std::vector<WorkloadResult>* rows) {
+  auto one = RunIngest(1);
+  if (!one.ok()) return one.status();
+  auto three = RunIngest(3);
+  if (!three.ok()) return three.status();
+  const double whole = static_cast<double>(one->disk_bytes.at(0));
+  const double whole_stop = static_cast<double>(one->disk_bytes_stop.at(0));
+  std::printf(
+      "\ncluster_disk (%lld events, %d partitions; the global partition %d is on every member)\n",
+      static_cast<long long>(o_.ingest_events), o_.partitions,
+      schemas::PartitionOf(schemas::kGlobalEntity, static_cast<uint32_t>(o_.partitions)));
+  std::printf("  %-10s %-18s %12s %10s %16s %10s\n", "member", "owns", "MB at lag 0", "x 1 member",
+              "MB compacted", "x 1 member");
+  auto line = [&](const std::string& name, const std::vector<int32_t>& owns, uint64_t b,
+                  uint64_t bs) {
+    std::printf("  %-10s %-18s %12.1f %10.3f %16.1f %10.3f\n", name.c_str(),
+                fmt::format("{}", fmt::join(owns, ",")).c_str(), static_cast<double>(b) / (1 << 20),
+                static_cast<double>(b) / whole, static_cast<double>(bs) / (1 << 20),
+                static_cast<double>(bs) / whole_stop);
+  };
+  line("1 of 1", one->owns.empty() ? std::vector<int32_t>{} : one->owns[0], one->disk_bytes[0],
+       one->disk_bytes_stop[0]);
+  WorkloadResult r1 =
+      Row("cluster_disk/1", "MB/member", static_cast<double>(one->disk_bytes[0]) / (1 << 20));
+  r1.disk_mb = r1.value;
+  r1.extra["mb_compacted"] = whole_stop / (1 << 20);
+  rows->push_back(r1);
+  double sum = 0, sum_stop = 0;
+  for (size_t i = 0; i < three->disk_bytes.size(); i++) {
+    line(fmt::format("{} of 3", i + 1),
+         i < three->owns.size() ? three->owns[i] : std::vector<int32_t>{}, three->disk_bytes[i],
+         three->disk_bytes_stop[i]);
+    sum += static_cast<double>(three->disk_bytes[i]);
+    sum_stop += static_cast<double>(three->disk_bytes_stop[i]);
+  }
+  const double n3 = static_cast<double>(three->disk_bytes.size());
+  WorkloadResult r3 = Row("cluster_disk/3", "MB/member", sum / n3 / (1 << 20));
+  r3.disk_mb = r3.value;
+  r3.baseline = "1 member";
+  r3.baseline_value = whole / (1 << 20);
+  r3.ratio = sum / n3 / whole;
+  r3.target = "about 1/3 + the global partition";
+  r3.extra["sum_ratio"] = sum / whole;
+  r3.extra["max_ratio"] =
+      static_cast<double>(*std::max_element(three->disk_bytes.begin(), three->disk_bytes.end())) /
+      whole;
+  r3.extra["ratio_compacted"] = sum_stop / n3 / whole_stop;
+  std::printf("  %-10s %-18s %12.1f %10.3f %16.1f %10.3f\n", "3: sum", "", sum / (1 << 20),
+              sum / whole, sum_stop / (1 << 20), sum_stop / whole_stop);
+  std::fflush(stdout);
+  rows->push_back(std::move(r3));
+  return Status::Ok();
+}
+
+}  // namespace tally::bench
