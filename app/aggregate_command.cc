@@ -95,11 +95,7 @@ int RunAggregate(int argc, char** argv) {
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
   std::unique_ptr<ClusterMember> member;
   if (in_cluster) {
-    ClusterMemberOptions co;
-    co.kafka = po.kafka;
-    co.group = f.group;
-    co.advertise = advertise;
-    auto m = ClusterMember::Start(co);
+    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
     if (!m.ok()) return Fail(command, m.status());
     member = std::move(m).value();
     po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));

@@ -79,11 +79,7 @@ int RunServe(int argc, char** argv) {
 
   std::unique_ptr<ClusterMember> member;
   if (in_cluster) {
-    ClusterMemberOptions co;
-    co.kafka = kafka;
-    co.group = f.group;
-    co.advertise = advertise;
-    auto m = ClusterMember::Start(co);
+    auto m = ClusterMember::Start({kafka, f.group, advertise});
     if (!m.ok()) return Fail(command, m.status());
     member = std::move(m).value();
   }

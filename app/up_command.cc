@@ -191,11 +191,7 @@ int RunUp(int argc, char** argv) {
 
   std::unique_ptr<ClusterMember> member;
   if (in_cluster) {
-    ClusterMemberOptions co;
-    co.kafka = po.kafka;
-    co.group = f.group;
-    co.advertise = advertise;
-    auto m = ClusterMember::Start(co);
+    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
     if (!m.ok()) return Fail(command, m.status());
     member = std::move(m).value();
     runner.SetCluster(ClusterApplierOptions(member.get(), static_cast<int>(standbys)));
