@@ -362,6 +362,25 @@ Response QueryService::ClusterPostCounts(const Request& request, const std::vect
   base::Status st;
   std::vector<store::PostCounts> counts;
   const uint32_t n = options_.store->partitions();
+  // Every id read here (one member alone, or a client that asks the owner):
+  // the plain read, without the bookkeeping of a split.
+  bool all_here = true;
+  for (uint64_t id : ids) {
+    if (options_.cluster->Home(schemas::PartitionOf(id, n)).where != PartitionHome::Where::kHere) {
+      all_here = false;
+      break;
+    }
+  }
+  if (all_here) {
+    store::MissingPartitions missing;
+    st = options_.store->GetPostCounts(ids, &counts, &missing);
+    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", ids.size()));
+    if (!missing.empty()) {
+      return ReadFailed(store::NotHeldError(missing.partitions),
+                        fmt::format("{} posts", ids.size()));
+    }
+    return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
+  }
   std::vector<uint64_t> local_ids;
   std::vector<size_t> local_positions, remote_positions;
   for (size_t i = 0; i < ids.size(); i++) {
