@@ -467,8 +467,9 @@ struct Applier::Rep : public OwnershipListener {
 
   // Which standbys this member keeps, from the directory: the global
   // partition, each partition whose owner is followed by this member
-  // within the next `standbys` members (in member id order, wrapping), and
-  // each one held here that no live member claims.
+  // within the next `standbys` members (in member id order, wrapping). A
+  // standby no longer wanted is still kept while no live member claims its
+  // partition (Reconcile).
   std::set<int32_t> WantedStandbys(const std::vector<cluster::MemberInfo>& members) const {
     std::set<int32_t> want{global_partition};
     if (o.cluster.standbys <= 0) return want;
@@ -479,13 +480,6 @@ struct Applier::Rep : public OwnershipListener {
     std::sort(ids.begin(), ids.end());
     for (uint32_t p = 0; p < store->partitions(); p++) {
       auto owner = o.cluster.directory->OwnerOf(static_cast<int32_t>(p));
-      if (!owner && held.count(static_cast<int32_t>(p))) {
-        // No live member claims p: its owner died and the group has not
-        // handed p on yet. The copy here is what serves p meanwhile and
-        // lets the next owner start without a restore: keep it.
-        want.insert(static_cast<int32_t>(p));
-        continue;
-      }
       if (!owner || owner->member == o.cluster.member) continue;
       auto at = std::find(ids.begin(), ids.end(), owner->member);
       if (at == ids.end()) continue;
