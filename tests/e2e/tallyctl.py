@@ -447,7 +447,11 @@ def publish(kcat, brokers, records, topic=EVENTS_TOPIC, timeout=180, keyed=True)
         lines.append("%s\t%s\n" % (key, value) if keyed else "%s\n" % value)
     data = "".join(lines).encode()
     argv = [kcat, "-P", "-b", brokers, "-t", topic, "-X", "enable.idempotence=true", "-q"]
-    argv += ["-K", "\\t"] if keyed else ["-X", "sticky.partitioning.linger.ms=0"]
+    # Keyed as tally keys its own records (the HTTP resets: murmur2, as the
+    # Java client), so a read and a reset of one user share a partition and
+    # keep their order; librdkafka's default (CRC32) would split them.
+    argv += ["-K", "\\t", "-X", "partitioner=murmur2_random"] if keyed else [
+        "-X", "sticky.partitioning.linger.ms=0"]
     try:
         res = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              timeout=timeout, preexec_fn=_child_setup)
