@@ -344,11 +344,18 @@ class Cluster {
 };
 
 // The members' counters summed, and CPU, at one look.
+// The work counters the ingest table shows beside the CPU: what the routers
+// sent and the appliers took, summed over members.
+constexpr std::string_view kCountersShown[] = {
+    "tally_router_deltas_total", "tally_router_delta_messages_total", "tally_applier_deltas_total",
+    "tally_applier_windows_total"};
+
 struct Look {
   double routed = 0;            // tally_router_events_total
   double lost = 0;              // tally_input_lost_records_total + tally_deltas_lost_records_total
   double cpu_s = 0;             // utime + stime of every member
   std::vector<double> applied;  // tally_applier_deltas_total per member
+  std::map<std::string, double> counters;  // kCountersShown, summed
 };
 
 Result<Look> LookAt(Cluster* c) {
@@ -360,6 +367,10 @@ Result<Look> LookAt(Cluster* c) {
     l.lost += MetricValue(*body, "tally_input_lost_records_total") +
               MetricValue(*body, "tally_deltas_lost_records_total");
     l.applied.push_back(MetricValue(*body, "tally_applier_deltas_total"));
+    for (std::string_view name : kCountersShown) {
+      double v = MetricValue(*body, name);
+      if (!std::isnan(v)) l.counters[std::string(name)] += v;
+    }
     l.cpu_s += m->proc->CpuSeconds();
   }
   return l;
@@ -781,6 +792,7 @@ Result<ClusterWorkloads::IngestRun> ClusterWorkloads::RunIngest(int members) {
   TALLY_RETURN_IF_ERROR(WaitQuiet(&c, l0->routed + static_cast<double>(o_.ingest_events), 1.5, 900,
                                   what, &last, &last_change));
   run.cpu_s = last.cpu_s - l0->cpu_s;
+  for (const auto& [name, v] : last.counters) run.counters[name] = v - l0->counters[name];
   {
     auto alive = c.Alive();
     for (size_t i = 0; i < alive.size(); i++) {
@@ -840,6 +852,16 @@ Status ClusterWorkloads::Ingest(std::vector<WorkloadResult>* rows) {
                 net, run->idle_cpu_s * 100, run->seconds);
     std::fflush(stdout);
     rows->push_back(std::move(r));
+  }
+  std::printf("  work per event, sum over members   %10s %10s %10s\n", "1 member", "2", "3");
+  for (std::string_view name : kCountersShown) {
+    std::printf("  %-36s", std::string(name).c_str());
+    for (int k = 1; k <= 3; k++) {
+      auto& t = ingest_runs_[k].counters;
+      auto it = t.find(std::string(name));
+      std::printf(" %10.4f", it == t.end() ? 0.0 : it->second / n);
+    }
+    std::printf("\n");
   }
   // Where the CPU went: every member's threads by name (after the last
   // delta applied, a little later than the total above).

@@ -79,6 +79,7 @@ class ClusterWorkloads {
     double lost = 0;  // input and deltas records the broker dropped before they were read
     std::map<std::string, double>
         thread_cpu_s;  // every member's CPU by thread name, over cpu_s's span
+    std::map<std::string, double> counters;  // kCountersShown, summed over members
   };
 
  private:
