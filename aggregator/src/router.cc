@@ -53,6 +53,10 @@ struct Router::Rep {
   const std::atomic<bool>* stop = nullptr;  // Run()'s; a flush at stop waits a bounded time
   bool gave_up = false;  // a flush at stop stopped waiting for the broker or its coordinator
   int64_t first_pending_ms = -1;
+  // o.linger_ms stretched by the share of the input this router was given
+  // (RouterOptions::max_linger_ms); input_partitions is counted at start.
+  int linger_ms = 0;
+  int input_partitions = 0;
   size_t pending_bytes = 0;
   size_t largest_batch = 0;  // encoded bytes of the largest deltas batch being built
   // A flush is forced when a deltas batch reaches this: half the producer's
@@ -102,6 +106,7 @@ struct Router::Rep {
       for (int i = 0; i < parts->cnt; i++) {
         TALLY_LOG_INFO(kLog, "assigned {}/{}", parts->elems[i].topic, parts->elems[i].partition);
       }
+      self->SetLinger(parts->cnt);
       self->commits->ForgetPositions();
       if (Status st = base::Assign(rk, parts, "assigning the partitions the group gave");
           !st.ok()) {
@@ -118,6 +123,30 @@ struct Router::Rep {
     if (Status un = base::Assign(rk, nullptr, "unassigning the revoked partitions"); !un.ok()) {
       TALLY_LOG_ERROR(kLog, "{}", un.message());
     }
+  }
+
+  // Stretches the linger by the share of the input this router routes:
+  // `assigned` of input_partitions.
+  void SetLinger(int assigned) {
+    const int before = linger_ms;
+    linger_ms = o.linger_ms;
+    if (assigned > 0 && input_partitions > assigned) {
+      const int64_t stretched = static_cast<int64_t>(o.linger_ms) * input_partitions / assigned;
+      linger_ms = static_cast<int>(
+          std::clamp<int64_t>(stretched, o.linger_ms, std::max(o.linger_ms, o.max_linger_ms)));
+    }
+    if (linger_ms != before) {
+      TALLY_LOG_INFO(kLog,
+                     "routing {} of {} input partitions: deltas wait up to {} ms to be published",
+                     assigned, input_partitions, linger_ms);
+    }
+  }
+
+  // True when nothing is routed but unsealed, unacknowledged or
+  // uncommitted, and nothing waits to be resumed.
+  bool Idle() const {
+    return first_pending_ms < 0 && commits->InFlight() == 0 && commits->commits_in_flight() == 0 &&
+           resets.empty();
   }
 
   // Produces one message of the open generation; `slot` is what
@@ -326,12 +355,19 @@ struct Router::Rep {
                    o.whole_topics ? "every partition, offsets in" : "partitions assigned by",
                    o.group);
     if (o.whole_topics) {
+      linger_ms = o.linger_ms;
       whole = std::make_unique<WholeTopicAssignment>(consumer.get(), o.input_topics, o.group, kLog);
       if (Status st = whole->Assign(30000); !st.ok()) {
         TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
         return st;
       }
       return Status::Ok();
+    }
+    linger_ms = o.linger_ms;
+    for (const auto& t : o.input_topics) {
+      // Only to size the linger: a topic not there yet counts as one.
+      auto n = base::PartitionCount(consumer.get(), t, 10000);
+      input_partitions += n.ok() ? *n : 1;
     }
     base::KafkaPartitionList topics(
         rd_kafka_topic_partition_list_new(static_cast<int>(o.input_topics.size())));
@@ -426,7 +462,20 @@ Status Router::Run(const std::atomic<bool>* stop) {
   Status result = Status::Ok();
   std::array<rd_kafka_message_t*, kConsumeBatch> batch;
   while (!stop->load(std::memory_order_relaxed) && r.fatal.ok()) {
-    ssize_t n = rd_kafka_consume_batch_queue(r.consumer_queue, 5, batch.data(), batch.size());
+    ssize_t n = 0;
+    int wait_ms = 5;
+    if (r.Idle()) {
+      // Nothing to seal, acknowledge or commit: wait for the next record
+      // (which ends the wait at once) up to 50 ms, instead of waking 200
+      // times a second for nothing; then take what else is queued.
+      if (rd_kafka_message_t* first = rd_kafka_consume_queue(r.consumer_queue, 50)) {
+        batch[n++] = first;
+      }
+      wait_ms = 0;
+    }
+    ssize_t more =
+        rd_kafka_consume_batch_queue(r.consumer_queue, wait_ms, batch.data() + n, batch.size() - n);
+    if (more > 0) n += more;
     for (ssize_t i = 0; i < n; i++) {
       base::KafkaMessage m(batch[i]);
       if (!result.ok()) continue;  // the rest of the batch is only released
@@ -439,7 +488,7 @@ Status Router::Run(const std::atomic<bool>* stop) {
     }
     r.producer->Poll(0);
     const int64_t now = base::SteadyMs();
-    if (r.first_pending_ms >= 0 && now - r.first_pending_ms >= r.o.linger_ms) {
+    if (r.first_pending_ms >= 0 && now - r.first_pending_ms >= r.linger_ms) {
       result = r.SealBounded();
       if (!result.ok()) break;
     }
