@@ -21,6 +21,11 @@ live member every post's counts (single and batch, ids shuffled so a batch
 spans owners), every user's counts, unread and feed snapshot, like edges and
 "viewed" pairs.
 
+m3, which takes part in every change without being stopped, is a `tally
+aggregate --advertise` beside a `tally serve --advertise` on one state
+directory rather than a `tally up`: reads, forwarding, POSTs and resets go
+to its serve, and ownership and restores happen in its aggregate.
+
 The expected answers come from a reference: one `tally up` with its own
 embedded broker (tally's topics have fixed names, so a second group on the
 cluster's broker would route the same input into the same tally.deltas
@@ -66,19 +71,66 @@ def step(msg):
     log("%s %s" % (time.strftime("%H:%M:%S", time.gmtime()), msg))
 
 
-class Member:
-    """One `tally up --brokers` member of the cluster."""
+class Pair:
+    """`tally aggregate --advertise URL` and `tally serve --advertise URL`
+    beside it on one state directory: one member, used as one process."""
 
-    def __init__(self, h, brokers, name):
+    def __init__(self, aggregate, serve):
+        self.aggregate, self.serve = aggregate, serve
+        self.name = "%s + %s" % (aggregate.name, serve.name)
+
+    @property
+    def pid(self):
+        return self.aggregate.pid
+
+    def alive(self):
+        return self.aggregate.alive() and self.serve.alive()
+
+    def returncode(self):
+        rc = self.aggregate.returncode()
+        return rc if rc is not None else self.serve.returncode()
+
+    def kill9(self):
+        self.aggregate.kill9()
+        self.serve.kill9()
+
+    def stop(self, grace=20.0):
+        """The HTTP half first, then the member's applier: (worst exit status, both clean)."""
+        rcs, clean = [], True
+        for p in (self.serve, self.aggregate):
+            rc, ok = p.stop(grace=grace)
+            rcs.append(rc)
+            clean = clean and ok
+        return next((rc for rc in rcs if rc != 0), 0), clean
+
+
+class Member:
+    """One member of the cluster: `tally up --brokers`, or with `split`
+    `tally aggregate` beside `tally serve` (SPEC section 6 allows either)."""
+
+    def __init__(self, h, brokers, name, split=False):
         self.name = name
         self.port = tallyctl.free_port()
         self.id = "127.0.0.1:%d" % self.port
         self.url = "http://" + self.id
         self.state = h.path(name)
-        argv = [h.tally, "up", "--brokers", brokers, "--group", GROUP, "--state-dir", self.state,
-                "--http", self.id, "--advertise", self.url, "--standbys", STANDBYS,
-                "--partitions", PARTITIONS]
-        self.proc = h.spawn("tally up " + name, argv, name + ".log")
+        self.split = split
+        if not split:
+            argv = [h.tally, "up", "--brokers", brokers, "--group", GROUP, "--state-dir", self.state,
+                    "--http", self.id, "--advertise", self.url, "--standbys", STANDBYS,
+                    "--partitions", PARTITIONS]
+            self.proc = h.spawn("tally up " + name, argv, name + ".log")
+        else:
+            agg = h.spawn("tally aggregate " + name,
+                          [h.tally, "aggregate", "--brokers", brokers, "--group", GROUP, "--state-dir",
+                           self.state, "--advertise", self.url, "--standbys", STANDBYS, "--partitions",
+                           PARTITIONS], name + "-aggregate.log")
+            tallyctl.wait_until("%s's aggregate to create the state" % name,
+                                lambda: os.path.exists(os.path.join(self.state, "TALLY")), timeout=60, proc=agg)
+            serve = h.spawn("tally serve " + name,
+                            [h.tally, "serve", "--brokers", brokers, "--group", GROUP, "--state-dir", self.state,
+                             "--http", self.id, "--advertise", self.url], name + "-serve.log")
+            self.proc = Pair(agg, serve)
         self.client = tallyctl.Http(self.id)
         self.probe = tallyctl.Http(self.id, timeout=10)
 
@@ -544,7 +596,8 @@ def main():
 
         # 1. Three members form the group while the first events arrive.
         for name in ("m1", "m2", "m3"):
-            c.all.append(Member(h, brokers, name))
+            # m3, which stays to the end, is the split kind.
+            c.all.append(Member(h, brokers, name, split=(name == "m3")))
         tallyctl.wait_healthy(ref_client, timeout=120, proc=ref)
         step("reference (pid %d) healthy" % ref.pid)
         c.publish(c.events(1500))
