@@ -601,6 +601,14 @@ class QueryServiceWaitVisibleTest : public QueryServicePublishTest {
     return r;
   }
 
+  // The service's visibility waiter may still be computing a view from
+  // watermarks_ on its thread: it goes first (service_ belongs to the base
+  // fixture, whose members outlive this one's).
+  void TearDown() override {
+    service_.reset();
+    QueryServicePublishTest::TearDown();
+  }
+
   std::unique_ptr<WatermarkSource> watermarks_;
 };
 
