@@ -40,7 +40,11 @@
 // CPU per request is utime+stime of every thread of the serving process
 // (/proc/PID/stat) over the load generator's run, divided by the requests
 // it answered: tally's over wrk's run, redis-server's over redis-benchmark's.
-// Throughput and latency are reported beside it.
+// Throughput and latency are reported beside it. Before wrk starts, tally
+// is given up to 60 s to settle after what came before (the flushes and
+// compactions of the ingest backlog or the follows just published): until
+// its CPU over a second falls below 10 % of a core, as an idle Redis is
+// before its run (settle_s and settled_cpu_pct in the JSON line).
 //   storage       --storage-posts posts (10M) with 4 non-zero counters,
 //                 written through tally's store and compacted; disk bytes per
 //                 post, then RSS of `tally serve` over it under wrk. Baseline:
@@ -197,6 +201,10 @@ class Bench {
 
   Result<std::map<std::string, double>> Wrk(int port, const std::string& mode, uint64_t n, uint64_t first,
                                             Process* server, double* cpu_s);
+  // Waits until `server` has settled after what came before (the flushes
+  // and compactions a backlog leaves): its CPU over 1 s below 10 % of a
+  // core, at most 60 s. Records the wait and the CPU it ended at in r.
+  void WaitQuiet(Process* server, WorkloadResult* r);
   Result<std::map<std::string, double>> RedisBenchmark(const std::vector<std::string>& command, int pipeline,
                                                        double* cpu_s);
   Status LoadRedisQueryData();
@@ -778,6 +786,20 @@ Status Bench::LoadRedisQueryData() {
   return Status::Ok();
 }
 
+void Bench::WaitQuiet(Process* server, WorkloadResult* r) {
+  auto t0 = Clock::now();
+  double busy = NAN;
+  while (SecondsSince(t0) < 60) {
+    const double c0 = server->CpuSeconds();
+    const auto s0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    busy = (server->CpuSeconds() - c0) / SecondsSince(s0);
+    if (busy < 0.1) break;
+  }
+  r->extra["settle_s"] = SecondsSince(t0);
+  r->extra["settled_cpu_pct"] = busy * 100;
+}
+
 // The tally side of a query workload from wrk's report; `scale` answers
 // per request (20 posts a batch request).
 void FillWrk(WorkloadResult* r, const std::map<std::string, double>& m, double scale) {
@@ -804,6 +826,7 @@ Status Bench::QueryCounts(WorkloadResult* r) {
   r->unit = "requests/s";
   r->baseline = "redis-benchmark HGETALL";
   r->target = "cpu/req <= 1.0x redis, p99 <= 1.2x";
+  WaitQuiet(&up_, r);
   Progress(fmt::format("query_counts: wrk -c{} for {} s", f_.connections, f_.seconds));
   double cpu = 0;
   auto m = Wrk(http_port_, "post", static_cast<uint64_t>(f_.keys), 1, &up_, &cpu);
@@ -833,6 +856,7 @@ Status Bench::QueryBatch(WorkloadResult* r) {
   r->unit = "posts/s";
   r->baseline = "redis HGETALL pipelined x20";
   r->target = "cpu/post <= 1.0x redis";
+  WaitQuiet(&up_, r);
   Progress(fmt::format("query_batch: wrk, 20 ids a request, for {} s", f_.seconds));
   double cpu = 0;
   auto m = Wrk(http_port_, "batch", static_cast<uint64_t>(f_.keys), 1, &up_, &cpu);
@@ -897,6 +921,7 @@ Status Bench::QueryUnread(WorkloadResult* r) {
       return Status::Internal("query_unread setup: the first user follows " + body);
     }
   }
+  WaitQuiet(&up_, r);
   Progress(fmt::format("query_unread: wrk -c{} for {} s", f_.connections, f_.seconds));
   double cpu = 0;
   auto m = Wrk(http_port_, "unread", users, kUnreadUserBase, &up_, &cpu);
