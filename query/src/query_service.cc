@@ -148,7 +148,7 @@ bool QueryService::MayBlock(const Request& request) const {
   // unread and a current snapshot read their followees' counts from the
   // members serving them.
   if (!request.forwarded.empty()) {
-    return (m.route->name == "user_unread" || current) && !EveryPartitionHere();
+    return current || (m.route->name == "user_unread" && !EveryPartitionHere());
   }
   // A batch or an unread reads any partition: it asks no peer while every
   // partition is served here (one member alone), and then stays on the I/O

@@ -523,6 +523,8 @@ TEST(SingleProcessClusterTest, BatchesAndUnreadsStayOnTheIoThreadWhileEveryParti
   EXPECT_FALSE(service.MayBlock(get("/v1/posts/counts?ids=7,8")));
   EXPECT_FALSE(service.MayBlock(get("/v1/users/42/unread")));
   EXPECT_FALSE(service.MayBlock(get("/v1/users/42/unread", "peer")));
+  // A current snapshot still leaves them: it has no answer for a move.
+  EXPECT_TRUE(service.MayBlock(get("/v1/users/42/feed/snapshot?current=true", "peer")));
   Request unread = get("/v1/users/42/unread");
   unread.must_not_block = true;
   Response r = service.Handle(unread);
