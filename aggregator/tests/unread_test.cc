@@ -15,7 +15,9 @@ namespace fs = std::filesystem;
 using schemas::Delta;
 using schemas::DeltaOp;
 
-class UnreadTest : public ::testing::Test {
+// Run without and with the store's read cache (which keeps a summary of a
+// user's notice-read, click and snapshot records): the answers must agree.
+class UnreadTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override { Open(); }
   void TearDown() override {
@@ -30,6 +32,7 @@ class UnreadTest : public ::testing::Test {
     o.partitions = kParts;
     o.block_cache_bytes = 8 << 20;
     o.now_ms = [this] { return now_ms_; };
+    o.read_cache_bytes = GetParam();
     auto s = store::StateStore::Open(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
@@ -126,7 +129,7 @@ class UnreadTest : public ::testing::Test {
   std::deque<std::string> texts_;
 };
 
-TEST_F(UnreadTest, NoticesCountThoseAboveTheLastRead) {
+TEST_P(UnreadTest, NoticesCountThoseAboveTheLastRead) {
   for (uint64_t id : {10, 20, 30, 40}) Notice(id);
   EXPECT_EQ(Unread(7).notice, 0) << "a user with no last-read id reads 0";
   ReadNotice(7, 20);
@@ -148,7 +151,7 @@ TEST_F(UnreadTest, NoticesCountThoseAboveTheLastRead) {
 // every input partition): each distinct id counts once, however late, in
 // one window or across windows, while a window is still being written,
 // and after a restart that reads the list back.
-TEST_F(UnreadTest, LateNoticesCountAndRepeatedOnesAreIgnored) {
+TEST_P(UnreadTest, LateNoticesCountAndRepeatedOnesAreIgnored) {
   // user -> last-read id; user 5 has read nothing.
   const std::vector<std::pair<uint64_t, uint64_t>> reads = {{1, 0}, {2, 25}, {3, 40}, {4, 100}};
   for (const auto& [user, id] : reads) ReadNotice(user, id);
@@ -190,7 +193,7 @@ TEST_F(UnreadTest, LateNoticesCountAndRepeatedOnesAreIgnored) {
   EXPECT_EQ(Unread(4).notice, 3);
 }
 
-TEST_F(UnreadTest, AFloodOfRepeatedNoticesIsCountedButLoggedOnlyAFewTimes) {
+TEST_P(UnreadTest, AFloodOfRepeatedNoticesIsCountedButLoggedOnlyAFewTimes) {
   // A producer whose notice ids restart at 1 (a second generator run).
   for (uint64_t id = 1; id <= 1000; id++) Notice(id);
   ::testing::internal::CaptureStderr();
@@ -211,7 +214,7 @@ TEST_F(UnreadTest, AFloodOfRepeatedNoticesIsCountedButLoggedOnlyAFewTimes) {
   EXPECT_EQ(Unread(1).notice, 1000);
 }
 
-TEST_F(UnreadTest, RedDotsShowUntilClickedAfterTheirTime) {
+TEST_P(UnreadTest, RedDotsShowUntilClickedAfterTheirTime) {
   RedDot("discover", 100);
   RedDot("games", 50);
   auto u = Unread(3);
@@ -233,7 +236,7 @@ TEST_F(UnreadTest, RedDotsShowUntilClickedAfterTheirTime) {
   EXPECT_EQ(Unread(3).red_dots.size(), 2u);
 }
 
-TEST_F(UnreadTest, FeedCountsNewPostsOfFolloweesInBothSnapshotAndFollowSet) {
+TEST_P(UnreadTest, FeedCountsNewPostsOfFolloweesInBothSnapshotAndFollowSet) {
   Follow(1, 100);
   Follow(1, 200);
   Follow(1, 300);
@@ -262,7 +265,7 @@ TEST_F(UnreadTest, FeedCountsNewPostsOfFolloweesInBothSnapshotAndFollowSet) {
   EXPECT_EQ(stored->followees.size(), 3u);
 }
 
-TEST_F(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
+TEST_P(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
   const int64_t day = 86400000;
   Notice(1);
   Notice(2);
@@ -276,6 +279,57 @@ TEST_F(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
   EXPECT_TRUE(Unread(5).red_dots[0].second) << "purged: the dot shows again";
   EXPECT_EQ(Unread(6).notice, 1) << "active user kept";
 }
+
+TEST_P(UnreadTest, WhatAPurgeMayRemoveIsNotAnsweredFromBeforeIt) {
+  const int64_t day = 86400000;
+  Notice(1);
+  Notice(2);
+  RedDot("ch", 10 * day);
+  ReadNotice(5, 1, /*ts=*/10 * day);
+  Click(5, "ch", 11 * day);
+  ReadNotice(6, 1, /*ts=*/45 * day);
+  now_ms_ = 12 * day;
+  // Read while nothing can be purged (with a cache, these are kept).
+  EXPECT_EQ(Unread(5).notice, 1);
+  EXPECT_FALSE(Unread(5).red_dots[0].second);
+  EXPECT_EQ(Unread(6).notice, 1);
+  now_ms_ = 50 * day;
+  ASSERT_TRUE(store_->CompactAll().ok());
+  EXPECT_EQ(Unread(5).notice, 0) << "purged: reads as a new user";
+  EXPECT_TRUE(Unread(5).red_dots[0].second) << "purged: the dot shows again";
+  EXPECT_EQ(Unread(6).notice, 1) << "active user kept";
+}
+
+TEST_P(UnreadTest, EveryRecordAnUnreadReadsChangesItsAnswerAtOnce) {
+  Notice(10);
+  Notice(20);
+  RedDot("a", 100);
+  Post(300, 2);
+  Follow(9, 300);
+  for (int round = 0; round < 2; round++) {  // the second round reads what the first cached
+    EXPECT_EQ(Unread(9).notice, 0);
+    EXPECT_TRUE(Unread(9).red_dots[0].second);
+    EXPECT_EQ(Unread(9).feed, 0);
+  }
+  ReadNotice(9, 10);
+  EXPECT_EQ(Unread(9).notice, 1);
+  Click(9, "a", 150);
+  EXPECT_FALSE(Unread(9).red_dots[0].second);
+  Snapshot(9, {{300, 2}});
+  Post(300, 3);
+  EXPECT_EQ(Unread(9).feed, 3);
+  Snapshot(9, {});
+  EXPECT_EQ(Unread(9).feed, 0) << "an empty snapshot counts nothing";
+  Snapshot(9, {{300, 4}});
+  EXPECT_EQ(Unread(9).feed, 1);
+  ReadNotice(9, 20);
+  EXPECT_EQ(Unread(9).notice, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReadCache, UnreadTest, ::testing::Values(uint64_t{0}, uint64_t{1} << 20),
+                         [](const ::testing::TestParamInfo<uint64_t>& info) {
+                           return info.param == 0 ? std::string("NoCache") : std::string("Cache");
+                         });
 
 }  // namespace
 }  // namespace tally::aggregator

@@ -3,27 +3,55 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 namespace tally::base {
 
+size_t MetricStripe() {
+  static std::atomic<size_t> next{0};
+  thread_local const size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kMetricStripes;
+  return stripe;
+}
+
+namespace {
+constexpr size_t kCellsPerLine = 64 / sizeof(std::atomic<uint64_t>);
+}  // namespace
+
 Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); i++) buckets_[i].store(0);
+    : bounds_(std::move(bounds)),
+      // sum, then bounds + 1 buckets, rounded up to whole cache lines.
+      stride_((bounds_.size() + 2 + kCellsPerLine - 1) / kCellsPerLine * kCellsPerLine),
+      owned_(new std::atomic<uint64_t>[stride_ * kMetricStripes + kCellsPerLine]) {
+  // The first whole cache line of the allocation.
+  uintptr_t p = reinterpret_cast<uintptr_t>(owned_.get());
+  p = (p + 63) & ~uintptr_t{63};
+  cells_ = reinterpret_cast<std::atomic<uint64_t>*>(p);
+  for (size_t i = 0; i < stride_ * kMetricStripes + kCellsPerLine; i++) owned_[i].store(0);
 }
 
 void Histogram::Observe(double v) {
   size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
-  buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_micros_.fetch_add(static_cast<uint64_t>(v * 1e6), std::memory_order_relaxed);
+  std::atomic<uint64_t>* stripe = cells_ + MetricStripe() * stride_;
+  stripe[0].fetch_add(static_cast<uint64_t>(v * 1e6), std::memory_order_relaxed);
+  stripe[1 + i].fetch_add(1, std::memory_order_relaxed);
 }
 
 void Histogram::Snapshot(std::vector<uint64_t>* buckets, double* sum, uint64_t* count) const {
-  buckets->resize(bounds_.size() + 1);
-  for (size_t i = 0; i <= bounds_.size(); i++) (*buckets)[i] = buckets_[i].load(std::memory_order_relaxed);
-  *sum = static_cast<double>(sum_micros_.load(std::memory_order_relaxed)) / 1e6;
-  *count = count_.load(std::memory_order_relaxed);
+  buckets->assign(bounds_.size() + 1, 0);
+  // The count is the buckets' sum, so the two always agree.
+  uint64_t n = 0, micros = 0;
+  for (size_t s = 0; s < kMetricStripes; s++) {
+    const std::atomic<uint64_t>* stripe = cells_ + s * stride_;
+    micros += stripe[0].load(std::memory_order_relaxed);
+    for (size_t i = 0; i <= bounds_.size(); i++) {
+      const uint64_t b = stripe[1 + i].load(std::memory_order_relaxed);
+      (*buckets)[i] += b;
+      n += b;
+    }
+  }
+  *sum = static_cast<double>(micros) / 1e6;
+  *count = n;
 }
 
 MetricsRegistry& MetricsRegistry::Global() {

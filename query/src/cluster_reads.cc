@@ -381,6 +381,16 @@ Response QueryService::ClusterPostCounts(const Request& request, const std::vect
     }
     return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
   }
+  if (request.must_not_block) {
+    // MayBlock() saw every partition here; one moved since. The retry is
+    // routed afresh.
+    for (uint64_t id : ids) {
+      const uint32_t p = schemas::PartitionOf(id, n);
+      if (options_.cluster->Home(p).where != PartitionHome::Where::kHere) {
+        return PartitionMoving(p, "it moved while the request was dispatched");
+      }
+    }
+  }
   std::vector<uint64_t> local_ids;
   std::vector<size_t> local_positions, remote_positions;
   for (size_t i = 0; i < ids.size(); i++) {

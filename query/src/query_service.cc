@@ -147,14 +147,33 @@ bool QueryService::MayBlock(const Request& request) const {
   // A forwarded request is answered from what is here, except that an
   // unread and a current snapshot read their followees' counts from the
   // members serving them.
-  if (!request.forwarded.empty()) return m.route->name == "user_unread" || current;
-  if (spans || current) return true;
+  if (!request.forwarded.empty()) {
+    return current || (m.route->name == "user_unread" && !EveryPartitionHere());
+  }
+  // A batch or an unread reads any partition: it asks no peer while every
+  // partition is served here (one member alone), and then stays on the I/O
+  // thread (the handler answers 503 partition_moving rather than wait if
+  // that changes before it runs).
+  if (spans) return !EveryPartitionHere();
+  if (current) return true;
   // A read of one entity stays on the I/O thread when it is served here
   // (RouteElsewhere refuses to wait if that changes before it runs).
   uint64_t id = 0;
   if (!ParseId(m.param[0], &id)) return false;  // a 400, answered at once
   return options_.cluster->Home(schemas::PartitionOf(id, options_.store->partitions())).where !=
          PartitionHome::Where::kHere;
+}
+
+bool QueryService::EveryPartitionHere(uint32_t* not_here) const {
+  if (options_.cluster == nullptr) return true;
+  const uint32_t n = options_.store->partitions();
+  for (uint32_t p = 0; p < n; p++) {
+    if (options_.cluster->Home(p).where != PartitionHome::Where::kHere) {
+      if (not_here != nullptr) *not_here = p;
+      return false;
+    }
+  }
+  return true;
 }
 
 QueryService::~QueryService() {
@@ -300,7 +319,16 @@ Response QueryService::HandleUserUnread(const Request& request, const Match& m) 
   }
   std::vector<std::string> members;
   members.push_back(SelfId());
-  if (cluster) {
+  // With every partition served here the store counted every followee;
+  // otherwise each is counted where it is served.
+  uint32_t not_here = 0;
+  if (cluster && !EveryPartitionHere(&not_here)) {
+    if (request.must_not_block) {
+      // MayBlock() saw every partition here; one moved since. The retry is
+      // routed afresh.
+      return ReadFailed(store::NotHeldError(std::vector<uint32_t>{not_here}),
+                        fmt::format("user {}: it moved while the request was dispatched", m.id[0]));
+    }
     if (auto failed = CountFeedWhereServed(m.id[0], &u->feed, &members)) {
       return std::move(*failed);
     }

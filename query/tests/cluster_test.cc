@@ -505,6 +505,53 @@ TEST_F(ClusterTest, OnlyReadsThatMayAskAPeerLeaveTheIoThreads) {
   EXPECT_EQ(r.retry_after_s, 1);
 }
 
+TEST(SingleProcessClusterTest, BatchesAndUnreadsStayOnTheIoThreadWhileEveryPartitionIsHere) {
+  TempDir dir;
+  auto store = testing::OpenTestStore(dir.path());
+  FixedRouting routing("solo");
+  for (uint32_t p = 0; p < kTestPartitions; p++) routing.Set(p, "solo");
+  routing.SetUrl("other", "http://127.0.0.1:1");
+  QueryServiceOptions o;
+  o.store = store.get();
+  o.cluster = &routing;
+  QueryService service(std::move(o));
+  auto get = [](std::string_view target, std::string_view forwarded = {}) {
+    return Request{"GET", target, {}, false, {}, forwarded};
+  };
+  // A member alone asks no peer: nothing leaves the I/O threads, and the
+  // answers are the store's own.
+  EXPECT_FALSE(service.MayBlock(get("/v1/posts/counts?ids=7,8")));
+  EXPECT_FALSE(service.MayBlock(get("/v1/users/42/unread")));
+  EXPECT_FALSE(service.MayBlock(get("/v1/users/42/unread", "peer")));
+  // A current snapshot still leaves them: it has no answer for a move.
+  EXPECT_TRUE(service.MayBlock(get("/v1/users/42/feed/snapshot?current=true", "peer")));
+  Request unread = get("/v1/users/42/unread");
+  unread.must_not_block = true;
+  Response r = service.Handle(unread);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("\"mention\":1,"), std::string::npos) << r.body;
+  EXPECT_EQ(r.member, "solo");
+  Request batch = get("/v1/posts/counts?ids=7,8");
+  batch.must_not_block = true;
+  r = service.Handle(batch);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("\"like\":3,"), std::string::npos) << r.body;
+
+  // One partition elsewhere: both may ask a peer again. Moved after
+  // MayBlock said no: 503 partition_moving, never a wait on the I/O thread.
+  const uint32_t moved = schemas::PartitionOf(8, kTestPartitions);
+  routing.Set(moved, "other");
+  EXPECT_TRUE(service.MayBlock(get("/v1/posts/counts?ids=7,8")));
+  EXPECT_TRUE(service.MayBlock(get("/v1/users/42/unread")));
+  r = service.Handle(batch);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("partition_moving"), std::string::npos) << r.body;
+  r = service.Handle(unread);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("partition_moving"), std::string::npos) << r.body;
+  EXPECT_EQ(r.retry_after_s, 1);
+}
+
 TEST(SingleProcessClusterTest, ClusterOfOneOwnsEveryPartitionAndNamesItsMember) {
   TempDir dir;
   auto store = testing::OpenTestStore(dir.path());

@@ -36,6 +36,12 @@
 
 namespace tally::store {
 
+// The kind of the cache entry that sums up a user's notice-read, red-dot
+// click and feed snapshot records for an unread view (state_store_read.cc);
+// not a RocksDB record kind. A commit that writes one of those records drops
+// the entry like a counter record's.
+inline constexpr char kUnreadSummaryKind = 'U';
+
 class CounterCache {
  public:
   static constexpr int kMaxFields = 6;

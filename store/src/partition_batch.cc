@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "counter_cache.h"
 #include "keys.h"
 #include "state_store_impl.h"
 #include "store/state_store.h"
@@ -72,6 +73,7 @@ void PartitionBatch::SetNoticeRead(uint64_t user_id, uint64_t notice_id, int64_t
   CounterOp ops[2] = {CounterOp{true, static_cast<int64_t>(notice_id), 0}, CounterOp{false, 0, ts}};
   EncodeCounterOps(ops, 2, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->counters.emplace_back(kUnreadSummaryKind, user_id);
 }
 void PartitionBatch::MaxRedDot(std::string_view channel, int64_t ts) {
   rep_->key.assign(1, static_cast<char>(RecordKind::kRedDot));
@@ -87,6 +89,7 @@ void PartitionBatch::MaxUserRedDot(uint64_t user_id, std::string_view channel, i
   CounterOp ops[2] = {CounterOp{false, 0, ts}, CounterOp{false, 0, ts}};
   EncodeCounterOps(ops, 2, &rep_->value);
   rep_->wb.Merge(rep_->key, rep_->value);
+  rep_->counters.emplace_back(kUnreadSummaryKind, user_id);
 }
 void PartitionBatch::PutFeedSnapshot(uint64_t user_id, int64_t taken_ts,
                                      const std::pair<uint64_t, uint64_t>* followees, size_t n) {
@@ -94,6 +97,7 @@ void PartitionBatch::PutFeedSnapshot(uint64_t user_id, int64_t taken_ts,
   EncodeSnapshot(taken_ts, std::vector<std::pair<uint64_t, uint64_t>>(followees, followees + n),
                  &rep_->value);
   rep_->wb.Put(rep_->key, rep_->value);
+  rep_->counters.emplace_back(kUnreadSummaryKind, user_id);
 }
 void PartitionBatch::SetViewBits(uint32_t table_id, uint32_t chunk,
                                  const std::vector<uint16_t>& bits) {

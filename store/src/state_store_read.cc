@@ -6,6 +6,8 @@
 #include <rocksdb/iterator.h>
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <functional>
 #include <map>
 #include <memory>
@@ -218,6 +220,25 @@ Result<FeedSnapshot> ReadSnapshot(rocksdb::DB* db, uint64_t user_id) {
   }
   return snap;
 }
+
+// The user's red-dot click times into *clicks (channel -> time); lowers
+// *oldest_touch to the oldest "last touched" time among them.
+Status ReadClicks(rocksdb::DB* db, uint64_t user_id, std::map<std::string, int64_t>* clicks,
+                  int64_t* oldest_touch) {
+  std::string prefix;
+  EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
+  PrefixScan it(db, prefix);
+  for (; it.Valid(); it.Next()) {
+    int64_t v[2];
+    if (!DecodeCounters(std::string_view(it.value().data(), it.value().size()), v, 2)) {
+      return Status::Corruption("user red dot does not decode");
+    }
+    (*clicks)[std::string(it.key().data() + prefix.size(), it.key().size() - prefix.size())] = v[0];
+    *oldest_touch = std::min(*oldest_touch, v[1]);
+  }
+  if (!it.status().ok()) return FromRocks(it.status(), "listing red dots");
+  return Status::Ok();
+}
 }  // namespace
 
 Result<UserCounts> StateStore::GetUserCounts(uint64_t user_id) const {
@@ -286,6 +307,40 @@ Result<int64_t> StateStore::GetNoticeUnread(uint64_t user_id) const {
       *ids, has_read ? std::optional<uint64_t>(static_cast<uint64_t>(read[0])) : std::nullopt);
 }
 
+namespace {
+// What an unread view reads of a user's own records besides the unread
+// counters: the last-read notice id, whether there are red-dot clicks, and
+// whether there is a feed snapshot with followees. Most users have none of
+// them, and each is a RocksDB read (the clicks a prefix scan), so the read
+// cache keeps this summary under its own kind, dropped by every commit that
+// writes one of those records (PartitionBatch) like a counter record. The
+// clicks and the snapshot themselves are read only when the summary says
+// they exist.
+struct UnreadSummary {
+  bool has_notice_read = false;
+  uint64_t notice_read = 0;
+  bool has_clicks = false;
+  bool has_feed = false;  // a snapshot with followees
+  // The oldest "last touched" time of the notice-read and click records
+  // (INT64_MAX without any): once it falls behind the purge horizon, the
+  // compaction filter may remove a record the summary counts, so the summary
+  // is then not used.
+  int64_t oldest_touch = INT64_MAX;
+};
+constexpr int64_t kHasNoticeRead = 1, kHasClicks = 2, kHasFeed = 4;  // summary flags
+
+// Records last touched before this time (ms) may be purged by the
+// compaction filter (StoreOptions::inactive_days) from now on.
+int64_t PurgeHorizonMs(const StoreOptions& o) {
+  if (o.inactive_days <= 0) return INT64_MIN;
+  const int64_t now = o.now_ms ? o.now_ms()
+                               : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count();
+  return now - o.inactive_days * 86400000LL;
+}
+}  // namespace
+
 Result<UnreadView> StateStore::GetUnread(uint64_t user_id, UnreadGaps* gaps) const {
   // Without `gaps` every gap is an error, naming every partition missing.
   UnreadGaps own_gaps;
@@ -310,33 +365,64 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id, UnreadGaps* gaps) con
   if (!counters.ok()) return counters.status();
   view.counters = *counters;
 
+  // The summary of the user's other records, from the read cache if it
+  // holds one that no purge can have made wrong; else from RocksDB, reading
+  // the clicks and the snapshot on the way.
+  CounterCache* cache = rep_->cache.get();
+  UnreadSummary summary;
+  std::map<std::string, int64_t> mine;  // the user's click times, by channel
+  std::optional<FeedSnapshot> snap;     // read here on a miss
+  {
+    int64_t v[CounterCache::kMaxFields];
+    uint64_t lease = 0;
+    bool hit = cache != nullptr && cache->Lookup(kUnreadSummaryKind, user_id, v, 4, &lease);
+    if (hit && v[3] < PurgeHorizonMs(rep_->options)) {
+      hit = false;
+      lease = 0;  // never filled: it would be as old
+    }
+    if (hit) {
+      summary.has_notice_read = (v[0] & kHasNoticeRead) != 0;
+      summary.has_clicks = (v[0] & kHasClicks) != 0;
+      summary.has_feed = (v[0] & kHasFeed) != 0;
+      summary.notice_read = static_cast<uint64_t>(v[1]);
+      summary.oldest_touch = v[3];
+    } else {
+      int64_t read[2];
+      TALLY_RETURN_IF_ERROR(ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2,
+                                         "notice read of user", &summary.has_notice_read));
+      if (summary.has_notice_read) {
+        summary.notice_read = static_cast<uint64_t>(read[0]);
+        summary.oldest_touch = read[1];
+      }
+      TALLY_RETURN_IF_ERROR(ReadClicks(udb, user_id, &mine, &summary.oldest_touch));
+      summary.has_clicks = !mine.empty();
+      auto read_snap = ReadSnapshot(udb, user_id);
+      if (!read_snap.ok()) return read_snap.status();
+      summary.has_feed = read_snap->exists && !read_snap->followees.empty();
+      snap = std::move(read_snap).value();
+      if (cache != nullptr && lease != 0 && summary.oldest_touch >= PurgeHorizonMs(rep_->options)) {
+        const int64_t fill[4] = {
+            (summary.has_notice_read ? kHasNoticeRead : 0) | (summary.has_clicks ? kHasClicks : 0) |
+                (summary.has_feed ? kHasFeed : 0),
+            static_cast<int64_t>(summary.notice_read), 0, summary.oldest_touch};
+        cache->Fill(kUnreadSummaryKind, user_id, fill, 4, lease);
+      }
+    }
+    if (hit && summary.has_clicks) {
+      int64_t ignored = INT64_MAX;
+      TALLY_RETURN_IF_ERROR(ReadClicks(udb, user_id, &mine, &ignored));
+    }
+  }
+
   if (global_held) {
-    int64_t read[2];
-    bool has_read = false;
-    TALLY_RETURN_IF_ERROR(ReadCounters(udb, RecordKind::kNoticeRead, user_id, read, 2,
-                                       "notice read of user", &has_read));
-    view.notice = NoticesAbove(
-        *ids, has_read ? std::optional<uint64_t>(static_cast<uint64_t>(read[0])) : std::nullopt);
+    view.notice =
+        NoticesAbove(*ids, summary.has_notice_read ? std::optional<uint64_t>(summary.notice_read)
+                                                   : std::nullopt);
   }
 
   // Red dots: the user's click times, then the global times (the read cache
   // holds those), which decide together (RedDotsShown).
-  std::map<std::string, int64_t> mine;
   if (global_held) {
-    std::string prefix;
-    EncodeKey(RecordKind::kUserRedDot, user_id, &prefix);
-    PrefixScan it(udb, prefix);
-    for (; it.Valid(); it.Next()) {
-      int64_t v[2];
-      if (!DecodeCounters(std::string_view(it.value().data(), it.value().size()), v, 2)) {
-        return Status::Corruption("user red dot does not decode");
-      }
-      mine[std::string(it.key().data() + prefix.size(), it.key().size() - prefix.size())] = v[0];
-    }
-    if (!it.status().ok()) return FromRocks(it.status(), "listing red dots");
-  }
-  if (global_held) {
-    CounterCache* cache = rep_->cache.get();
     uint64_t lease = 0;
     std::shared_ptr<const CounterCache::RedDots> dots;
     if (cache != nullptr) dots = cache->LookupRedDots(&lease);
@@ -362,9 +448,12 @@ Result<UnreadView> StateStore::GetUnread(uint64_t user_id, UnreadGaps* gaps) con
   // followees (FeedUnread of any other is 0). A followee whose partition is
   // not held adds nothing here (its count reads as 0, below any snapshot's):
   // the gap lists it with its count in the snapshot.
-  auto snap = ReadSnapshot(udb, user_id);
-  if (!snap.ok()) return snap.status();
-  if (snap->exists && !snap->followees.empty()) {
+  if (summary.has_feed && !snap.has_value()) {
+    auto read_snap = ReadSnapshot(udb, user_id);
+    if (!read_snap.ok()) return read_snap.status();
+    snap = std::move(read_snap).value();
+  }
+  if (snap.has_value() && snap->exists && !snap->followees.empty()) {
     MissingPartitions missing;
     auto followees = ReadFollowees(udb, user_id);
     if (!followees.ok()) return followees.status();

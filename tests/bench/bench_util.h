@@ -141,6 +141,13 @@ struct WorkloadResult {
   double value = NAN;  // the headline number, in `unit`
   double p50_ms = NAN, p99_ms = NAN, p999_ms = NAN;
   double cpu_s = NAN;
+  // The query workloads: CPU microseconds per request (query_batch: per
+  // post) of the tally process and of redis-server in its baseline, each
+  // utime+stime of every thread over its own measured window.
+  double cpu_us = NAN;
+  double baseline_cpu_us = NAN;
+  double baseline_p99_ms = NAN;  // the baseline's p99, same connections
+  double p99_ratio = NAN;        // p99_ms / baseline_p99_ms
   double rss_mb = NAN;
   double disk_mb = NAN;
   std::string baseline;

@@ -15,13 +15,28 @@
 
 namespace tally::base {
 
+// Counters and histograms are striped: each thread adds to one of
+// kMetricStripes cache lines, so threads that update the same metric on
+// every request (the HTTP I/O threads) do not pass its cache line back and
+// forth; reads sum the stripes.
+inline constexpr size_t kMetricStripes = 4;
+// The stripe of the calling thread (threads take them in turn).
+size_t MetricStripe();
+
 class Counter {
  public:
-  void Inc(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t value() const { return v_.load(std::memory_order_relaxed); }
+  void Inc(uint64_t n = 1) { cells_[MetricStripe()].v.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const {
+    uint64_t sum = 0;
+    for (const Cell& c : cells_) sum += c.v.load(std::memory_order_relaxed);
+    return sum;
+  }
 
  private:
-  std::atomic<uint64_t> v_{0};
+  struct alignas(64) Cell {
+    std::atomic<uint64_t> v{0};
+  };
+  Cell cells_[kMetricStripes];
 };
 
 class Gauge {
@@ -44,10 +59,12 @@ class Histogram {
   void Snapshot(std::vector<uint64_t>* buckets, double* sum, uint64_t* count) const;
 
  private:
+  // Stripe s holds the sum (micros) and the buckets at
+  // cells_[s * stride_ ...], each stripe starting on its own cache line.
   std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
-  std::atomic<uint64_t> count_{0};
-  std::atomic<uint64_t> sum_micros_{0};
+  size_t stride_;
+  std::unique_ptr<std::atomic<uint64_t>[]> owned_;
+  std::atomic<uint64_t>* cells_;
 };
 
 class MetricsRegistry {

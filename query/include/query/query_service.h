@@ -176,9 +176,10 @@ class QueryService {
   // broker or on another member), so a transport runs it off its I/O
   // threads: internal::RequestMayBlock(), and in a cluster the reads that
   // may ask a peer: a read of one entity whose partition is not served
-  // here now (ClusterRouting::Home), every batch and unread, a current
-  // snapshot (?current=true) — except that a forwarded request asks no
-  // peer but for an unread's or a current snapshot's followee counts.
+  // here now (ClusterRouting::Home), every batch and unread unless every
+  // partition is served here, a current snapshot (?current=true) — except
+  // that a forwarded request asks no peer but for an unread's (unless every
+  // partition is here) or a current snapshot's followee counts.
   // Cheap: matches the route and asks Home(), reads no state. Safe for
   // concurrent use.
   bool MayBlock(const Request& request) const;
@@ -271,6 +272,11 @@ class QueryService {
   // without a cluster. *moving (may be null): the merge failed because a
   // deltas partition is reported by nobody.
   base::Result<WatermarkReport> ClusterWatermarks(bool* moving);
+  // True without a cluster, and in a cluster while ClusterRouting::Home()
+  // says every partition is here (one member alone): a read then asks no
+  // peer. When it returns false, *not_here (may be null) is a partition
+  // that is not.
+  bool EveryPartitionHere(uint32_t* not_here = nullptr) const;
   // options_.kafka_problem(), or "" without one.
   std::string KafkaProblem() const;
   void Record(int route_id, int status, int64_t start_ns);
