@@ -143,7 +143,8 @@ struct WorkloadResult {
   double cpu_s = NAN;
   // The query workloads: CPU microseconds per request (query_batch: per
   // post) of the tally process and of redis-server in its baseline, each
-  // utime+stime of every thread over its own measured window.
+  // utime+stime of every thread over its own measured window. ingest: per
+  // event, tally up and the embedded broker against redis-server.
   double cpu_us = NAN;
   double baseline_cpu_us = NAN;
   double baseline_p99_ms = NAN;  // the baseline's p99, same connections

@@ -528,7 +528,9 @@ Status Bench::Ingest(WorkloadResult* r) {
   r->extra["redis_commands"] = static_cast<double>(pipe.commands());
   r->extra["redis_cpu_s"] = redis_.CpuSeconds() - redis_cpu0;
   r->extra["redis_cpu_us_per_event"] = r->extra["redis_cpu_s"] / nd * 1e6;
-  r->extra["cpu_ratio"] = r->extra["cpu_us_per_event"] / r->extra["redis_cpu_us_per_event"];
+  r->cpu_us = r->extra["cpu_us_per_event"];
+  r->baseline_cpu_us = r->extra["redis_cpu_us_per_event"];
+  r->extra["cpu_ratio"] = r->cpu_us / r->baseline_cpu_us;
   r->extra["cpu_ratio_settled"] =
       r->extra["cpu_us_per_event_settled"] / r->extra["redis_cpu_us_per_event"];
   Progress(fmt::format(
