@@ -336,7 +336,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // records); a point read that misses the block cache decompresses more.
   // No hash index in data blocks: it costs ~1.3 bytes a record, about a
   // tenth of a compacted state, to spare a binary search over a block's ~50
-  // restart points, which the benchmarks did not notice (README).
+  // restart points, a cost within the benchmarks' noise (README).
   table.block_size = 16 << 10;
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
