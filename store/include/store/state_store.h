@@ -415,7 +415,9 @@ class StateStore {
   // table that is still live; true may be wrong at about the configured rate.
   base::Result<bool> MaybeViewed(uint64_t post_id, uint64_t user_id) const;
 
-  // Compacts every partition held fully (runs the purge of inactive users).
+  // Compacts every partition held fully (runs the purge of inactive users):
+  // every table file there when it is called is rewritten into the last
+  // level, merge operands folded.
   base::Status CompactAll();
 
   // Progress of every partition, indexed by partition; NotHeldError naming
