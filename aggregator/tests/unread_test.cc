@@ -111,6 +111,16 @@ class UnreadTest : public ::testing::TestWithParam<uint64_t> {
     d.text = texts_.back();
     Apply(d);
   }
+  // Two notices and a red dot; user 5 reads and clicks on day 10-11 and
+  // is not seen again, user 6 reads on day 45 (for the inactive purge).
+  void UsersLastSeenOnDays11And45(int64_t day) {
+    Notice(1);
+    Notice(2);
+    RedDot("ch", 10 * day);
+    ReadNotice(5, 1, /*ts=*/10 * day);
+    Click(5, "ch", 11 * day);
+    ReadNotice(6, 1, /*ts=*/45 * day);
+  }
   store::UnreadView Unread(uint64_t user) {
     auto u = store_->GetUnread(user);
     EXPECT_TRUE(u.ok()) << u.status().ToString();
@@ -267,12 +277,7 @@ TEST_P(UnreadTest, FeedCountsNewPostsOfFolloweesInBothSnapshotAndFollowSet) {
 
 TEST_P(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
   const int64_t day = 86400000;
-  Notice(1);
-  Notice(2);
-  RedDot("ch", 10 * day);
-  ReadNotice(5, 1, /*ts=*/10 * day);
-  Click(5, "ch", 11 * day);
-  ReadNotice(6, 1, /*ts=*/45 * day);
+  UsersLastSeenOnDays11And45(day);
   now_ms_ = 50 * day;  // user 5 untouched for 39 days, user 6 for 5
   ASSERT_TRUE(store_->CompactAll().ok());
   EXPECT_EQ(Unread(5).notice, 0) << "purged: reads as a new user";
@@ -282,12 +287,7 @@ TEST_P(UnreadTest, InactiveUsersNoticeAndRedDotRecordsArePurgedByCompaction) {
 
 TEST_P(UnreadTest, WhatAPurgeMayRemoveIsNotAnsweredFromBeforeIt) {
   const int64_t day = 86400000;
-  Notice(1);
-  Notice(2);
-  RedDot("ch", 10 * day);
-  ReadNotice(5, 1, /*ts=*/10 * day);
-  Click(5, "ch", 11 * day);
-  ReadNotice(6, 1, /*ts=*/45 * day);
+  UsersLastSeenOnDays11And45(day);
   now_ms_ = 12 * day;
   // Read while nothing can be purged (with a cache, these are kept).
   EXPECT_EQ(Unread(5).notice, 1);
