@@ -716,6 +716,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   // of waiting for it; only the key budget makes the applier wait.
   const int64_t max_window_ms = static_cast<int64_t>(r.o.flush_ms) * 10;
   bool caught_up = false;
+  bool last_poll_empty = false;
   // The state's deltas offsets and marks belong to one log. A broker that
   // now answers as another cluster (a restarted embedded broker) may hand
   // out its new log at offsets the state has not reached, and applying
@@ -733,7 +734,10 @@ Status Applier::Run(const std::atomic<bool>* stop) {
     // 5 ms while a window is open or being written (its end and the
     // cluster's bookkeeping run between polls); idle, 50 ms: 200 wake-ups
     // a second were 0.7 % of a core at rest (aggregator/README.md).
-    base::KafkaMessage m(rd_kafka_consumer_poll(r.consumer.get(), r.Idle() ? 50 : 5));
+    // Idle() is asked only after an empty poll: under load it is not.
+    base::KafkaMessage m(
+        rd_kafka_consumer_poll(r.consumer.get(), last_poll_empty && r.Idle() ? 50 : 5));
+    last_poll_empty = !m;
     if (base::ClusterIdReports() != cluster_reports) {
       cluster_reports = base::ClusterIdReports();
       std::string now = base::LastReportedClusterId();

@@ -359,37 +359,31 @@ std::optional<Response> QueryService::CurrentFolloweePostsOfOwner(
 }
 
 Response QueryService::ClusterPostCounts(const Request& request, const std::vector<uint64_t>& ids) {
-  base::Status st;
   std::vector<store::PostCounts> counts;
   const uint32_t n = options_.store->partitions();
+  // The posts of `want` from this member's state, or the answer saying why not.
+  auto read_here = [&](const std::vector<uint64_t>& want,
+                       std::vector<store::PostCounts>* out) -> std::optional<Response> {
+    store::MissingPartitions missing;
+    base::Status st = options_.store->GetPostCounts(want, out, &missing);
+    if (st.ok() && !missing.empty()) st = store::NotHeldError(missing.partitions);
+    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", want.size()));
+    return std::nullopt;
+  };
   // Every id read here (one member alone, or a client that asks the owner):
   // the plain read, without the bookkeeping of a split.
-  bool all_here = true;
-  for (uint64_t id : ids) {
-    if (options_.cluster->Home(schemas::PartitionOf(id, n)).where != PartitionHome::Where::kHere) {
-      all_here = false;
-      break;
-    }
-  }
-  if (all_here) {
-    store::MissingPartitions missing;
-    st = options_.store->GetPostCounts(ids, &counts, &missing);
-    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", ids.size()));
-    if (!missing.empty()) {
-      return ReadFailed(store::NotHeldError(missing.partitions),
-                        fmt::format("{} posts", ids.size()));
-    }
+  const auto elsewhere = std::find_if(ids.begin(), ids.end(), [&](uint64_t id) {
+    return options_.cluster->Home(schemas::PartitionOf(id, n)).where != PartitionHome::Where::kHere;
+  });
+  if (elsewhere == ids.end()) {
+    if (auto failed = read_here(ids, &counts)) return std::move(*failed);
     return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
   }
   if (request.must_not_block) {
     // MayBlock() saw every partition here; one moved since. The retry is
     // routed afresh.
-    for (uint64_t id : ids) {
-      const uint32_t p = schemas::PartitionOf(id, n);
-      if (options_.cluster->Home(p).where != PartitionHome::Where::kHere) {
-        return PartitionMoving(p, "it moved while the request was dispatched");
-      }
-    }
+    return PartitionMoving(schemas::PartitionOf(*elsewhere, n),
+                           "it moved while the request was dispatched");
   }
   std::vector<uint64_t> local_ids;
   std::vector<size_t> local_positions, remote_positions;
@@ -411,13 +405,7 @@ Response QueryService::ClusterPostCounts(const Request& request, const std::vect
   std::vector<std::string> members;
   if (!local_ids.empty()) {
     std::vector<store::PostCounts> local;
-    store::MissingPartitions missing;
-    st = options_.store->GetPostCounts(local_ids, &local, &missing);
-    if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", local_ids.size()));
-    if (!missing.empty()) {
-      return ReadFailed(store::NotHeldError(missing.partitions),
-                        fmt::format("{} posts", local_ids.size()));
-    }
+    if (auto failed = read_here(local_ids, &local)) return std::move(*failed);
     for (size_t k = 0; k < local_positions.size(); k++) counts[local_positions[k]] = local[k];
   }
   std::vector<std::string> answered_by(ids.size());

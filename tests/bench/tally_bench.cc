@@ -487,18 +487,13 @@ Status Bench::Ingest(WorkloadResult* r) {
   r->extra["broker_cpu_s"] = broker_.CpuSeconds();
   // CPU per event: tally up's (every thread, from its start) and the
   // embedded broker's over the same span, to lag 0 and again once tally
-  // has settled (the flushes and compactions the backlog left: CPU over a
-  // second below 10 % of a core, at most 30 s). Redis does nothing after
-  // its last reply.
+  // has settled (the flushes and compactions the backlog left: WaitQuiet).
+  // Redis does nothing after its last reply.
   const double nd = static_cast<double>(n);
   const double broker_cpu = broker_.CpuSeconds() - broker_cpu0;
   r->extra["cpu_us_per_event"] = (r->cpu_s + broker_cpu) / nd * 1e6;
   r->extra["broker_cpu_us_per_event"] = broker_cpu / nd * 1e6;
-  for (auto settle = Clock::now(); SecondsSince(settle) < 30;) {
-    const double c0 = up_.CpuSeconds();
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (up_.CpuSeconds() - c0 < 0.1) break;
-  }
+  WaitQuiet(&up_, r);
   r->extra["cpu_us_per_event_settled"] =
       (up_.CpuSeconds() + broker_.CpuSeconds() - broker_cpu0) / nd * 1e6;
 
