@@ -47,6 +47,11 @@ void PipelineRunner::StartRouter() {
     ro.group = options_.group;
     ro.deltas_partitions = options_.deltas_partitions;
     ro.whole_topics = options_.whole_topics;
+    if (options_.cluster.enabled) {
+      // A member that starts alone routes at once (RouterOptions::directory).
+      ro.directory = options_.cluster.directory;
+      ro.member = options_.cluster.member;
+    }
     return aggregator::Router(ro).Run(&stop_);
   });
 }

@@ -25,7 +25,8 @@ struct PipelineOptions {
   bool whole_topics = false;  // the router takes every input partition (RouterOptions::whole_topics)
   int flush_ms = aggregator::kDefaultFlushMs;
   size_t key_budget = aggregator::kDefaultKeyBudget;
-  // A member of a cluster (SPEC section 6): the applier joins the group.
+  // A member of a cluster (SPEC section 6): the applier joins the group;
+  // the router starts standalone when the directory shows no other member.
   aggregator::ApplierClusterOptions cluster;
   // Called on the stage's thread when a stage stops with an error; null:
   // request a process shutdown (base/shutdown.h).
@@ -47,12 +48,6 @@ class PipelineRunner {
   // outlive the runner).
   void StartRouter();
   void StartApplier(store::StateStore* store);
-  // Makes the applier a member of a cluster (PipelineOptions::cluster), for
-  // a caller that learns its membership after making the runner. Before
-  // the applier starts.
-  void SetCluster(aggregator::ApplierClusterOptions cluster) {
-    options_.cluster = std::move(cluster);
-  }
   // Stops and joins (the last window is applied). Idempotent. failed()
   // stays as it was until the next Start().
   void Stop();

@@ -161,6 +161,15 @@ int RunUp(int argc, char** argv) {
   // replaced) rather than ending the process at once.
   std::atomic<bool> stage_failed{false};
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
+  // A member reads the members directory first: its router routes at once
+  // when it finds no other member there (RouterOptions::directory).
+  std::unique_ptr<ClusterMember> member;
+  if (in_cluster) {
+    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
+    if (!m.ok()) return Fail(command, m.status());
+    member = std::move(m).value();
+    po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
+  }
   PipelineRunner runner(po, nullptr);
   // The router needs no state. When the cluster check below cannot refuse
   // the state, routing starts while the partitions open (40-80 ms of every
@@ -188,14 +197,6 @@ int RunUp(int argc, char** argv) {
   if (!connected.ok()) return Fail(command, connected.status());
   std::unique_ptr<ingest::EventPublisher> publisher = std::move(connected->publisher);
   std::unique_ptr<query::WatermarkSource> watermarks = std::move(connected->watermarks);
-
-  std::unique_ptr<ClusterMember> member;
-  if (in_cluster) {
-    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
-    if (!m.ok()) return Fail(command, m.status());
-    member = std::move(m).value();
-    runner.SetCluster(ClusterApplierOptions(member.get(), static_cast<int>(standbys)));
-  }
 
   if (!routing_early) runner.StartRouter();
   runner.StartApplier(store.get());

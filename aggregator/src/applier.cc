@@ -79,6 +79,9 @@ struct Applier::Rep : public OwnershipListener {
         false;  // a standby because this member gave it up, until its next owner has caught up
     bool current = false;  // applied and committed up to the log's end as of when it came
     int64_t target = -1;   // that end; -1 until asked
+    // Applied before the group's first assignment because no other member
+    // was live (StartIfAlone); settled by Reconcile once it came.
+    bool provisional = false;
   };
   std::map<int32_t, Held> held;
   std::unique_ptr<DeltasOwnership> ownership;
@@ -90,6 +93,14 @@ struct Applier::Rep : public OwnershipListener {
   uint64_t seen_directory_version = 0;
   int64_t joined_wall_ms = 0;        // when the group first gave this member its partitions
   int64_t last_progress_log_ms = 0;  // restore progress is logged every 10 s
+  int64_t cluster_started_ms = 0;    // steady clock; when StartCluster() ran
+  // Held partitions not current as of the last UpdateCurrent(), which runs
+  // every 20 ms while there are some (a partition's restore ends within
+  // 20 ms of its window's commit, not 200).
+  size_t restoring = 0;
+  int64_t last_current_check_ms = 0;
+  bool alone_checked = false;          // StartIfAlone() has decided
+  std::set<int32_t> on_disk_at_start;  // partitions the store held when the applier started
   cluster::MemberInfo last_published;
 
   Rep(ApplierOptions opts, store::StateStore* s)
@@ -373,17 +384,20 @@ struct Applier::Rep : public OwnershipListener {
                    wa->progress().next_deltas_offset, owner ? "owner" : "standby");
     owned[p] = std::move(wa);
     held[p] = Held{owner, false, false, -1};
+    restoring++;
     reassign = true;
     publish_due = true;
     return Status::Ok();
   }
 
-  // Stops applying p and drops its state: it is neither owned nor kept
-  // as a standby here any more.
-  Status StopApplying(int32_t p, const char* why) {
+  // Stops applying p and, unless `keep`, drops its state: it is neither
+  // owned nor kept as a standby here any more. A kept copy stays on disk
+  // as one left from before a restart (Reconcile drops it once another
+  // member serves the partition).
+  Status StopApplying(int32_t p, const char* why, bool keep = false) {
     TALLY_RETURN_IF_ERROR(FinishCommits());  // a sealed window of p may be in flight
-    TALLY_LOG_INFO(kLog, "{}/{}: dropped at offset {} ({})", o.deltas_topic, p,
-                   owned[p]->committed_offset(), why);
+    TALLY_LOG_INFO(kLog, "{}/{}: {} at offset {} ({})", o.deltas_topic, p,
+                   keep ? "no longer applied, kept" : "dropped", owned[p]->committed_offset(), why);
     owned.erase(p);
     held.erase(p);
     reassign = true;
@@ -391,7 +405,73 @@ struct Applier::Rep : public OwnershipListener {
     // partition is gone here.
     publish_due = true;
     Publish(base::SteadyMs());
-    return store->DropPartition(static_cast<uint32_t>(p));
+    return keep ? Status::Ok() : store->DropPartition(static_cast<uint32_t>(p));
+  }
+
+  // Before the group's first assignment, which comes after its initial
+  // rebalance delay (3 s on Kafka by default and on the embedded broker):
+  // a member that finds no other live member in the directory applies
+  // every partition at once, as provisional standbys, so that a member
+  // restarting alone serves and applies from its first second. The
+  // assignment then makes them owned; Reconcile settles the rest.
+  Status StartIfAlone(int64_t now) {
+    if (ownership->Identity().generation > 0) {
+      alone_checked = true;  // the group answered first
+      return Status::Ok();
+    }
+    if (!o.cluster.directory->CaughtUp()) {
+      // A directory that has not read its topic is no evidence of being alone.
+      if (now - cluster_started_ms >= 3000) alone_checked = true;
+      return Status::Ok();
+    }
+    alone_checked = true;
+    for (const auto& m : o.cluster.directory->Snapshot()) {
+      if (m.member != o.cluster.member) return Status::Ok();
+    }
+    TALLY_LOG_INFO(kLog,
+                   "no other member of the cluster is live: applying every partition until the "
+                   "group {}-applier assigns them",
+                   o.group);
+    std::vector<uint32_t> missing;
+    for (uint32_t u = 0; u < store->partitions(); u++) {
+      if (!held.count(static_cast<int32_t>(u))) missing.push_back(u);
+    }
+    TALLY_RETURN_IF_ERROR(store->OpenPartitions(missing));  // all at once
+    for (uint32_t u : missing) {
+      const auto p = static_cast<int32_t>(u);
+      TALLY_RETURN_IF_ERROR(StartApplying(p, false));
+      held[p].provisional = true;
+    }
+    return Status::Ok();
+  }
+
+  // Once the group has assigned: a provisional partition it gave this
+  // member is owned already (Assigned); one it gave another member is
+  // handed over like one given up (kept until its owner has caught up)
+  // when it is current here, else stopped: dropped when this start made
+  // it, kept on disk when the member had it before.
+  Status SettleProvisional(const std::set<int32_t>& want) {
+    std::vector<int32_t> stop_applying;
+    for (auto& [p, h] : held) {
+      if (!h.provisional) continue;
+      h.provisional = false;
+      if (h.owner || want.count(p)) continue;
+      if (h.current) {
+        h.warm = true;
+        publish_due = true;
+        TALLY_LOG_INFO(kLog,
+                       "{}/{}: assigned to another member; applied here as a standby until it "
+                       "has caught up",
+                       o.deltas_topic, p);
+      } else {
+        stop_applying.push_back(p);
+      }
+    }
+    for (int32_t p : stop_applying) {
+      TALLY_RETURN_IF_ERROR(StopApplying(p, "assigned to another member before it caught up here",
+                                         on_disk_at_start.count(p) > 0));
+    }
+    return Status::Ok();
   }
 
   // OwnershipListener, on this thread inside ownership->Poll()/Close().
@@ -447,17 +527,41 @@ struct Applier::Rep : public OwnershipListener {
     GiveUp(partitions, "lost (session expired)");
   }
 
+  // Sets the target of every held partition that has none to its log's
+  // end now, in one request for all (a look-up per partition, one round
+  // trip each, held up a start of 16 partitions by 250 ms). A partition
+  // the broker did not answer for keeps none: asked again next time.
+  void AskTargets() {
+    base::KafkaPartitionList ask(rd_kafka_topic_partition_list_new(1));
+    for (const auto& [p, h] : held) {
+      if (h.current || h.target >= 0) continue;
+      // The timestamp "latest": ListOffsets answers the log's end.
+      rd_kafka_topic_partition_list_add(ask.get(), o.deltas_topic.c_str(), p)->offset =
+          RD_KAFKA_OFFSET_END;
+    }
+    if (ask->cnt == 0) return;
+    if (rd_kafka_offsets_for_times(consumer.get(), ask.get(), 2000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return;
+    }
+    for (int i = 0; i < ask->cnt; i++) {
+      const auto& e = ask->elems[i];
+      auto h = held.find(e.partition);
+      if (e.err == RD_KAFKA_RESP_ERR_NO_ERROR && e.offset >= 0 && h != held.end()) {
+        h->second.target = e.offset;
+      }
+    }
+  }
+
   // Marks what has caught up with the end of its log as current.
   void UpdateCurrent() {
+    last_current_check_ms = base::SteadyMs();
+    restoring = 0;
+    AskTargets();
     for (auto& [p, h] : held) {
       if (h.current) continue;
       if (h.target < 0) {
-        int64_t low = 0, high = -1;
-        if (rd_kafka_query_watermark_offsets(consumer.get(), o.deltas_topic.c_str(), p, &low, &high,
-                                             2000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-          continue;  // asked again at the next look
-        }
-        h.target = high;
+        restoring++;
+        continue;  // asked again at the next look
       }
       const WindowApplier& wa = *owned[p];
       // Applied to the end but not written because the store refuses
@@ -465,7 +569,9 @@ struct Applier::Rep : public OwnershipListener {
       // one process does on a full disk, and /healthz says why.
       const bool stalled_by_disk =
           wa.progress().next_deltas_offset >= h.target && !store->WriteProblem().empty();
-      if (wa.committed_offset() >= h.target || stalled_by_disk) {
+      if (wa.committed_offset() < h.target && !stalled_by_disk) {
+        restoring++;
+      } else {
         h.current = true;
         publish_due = true;
         TALLY_LOG_INFO(kLog, "{}/{}: caught up at offset {}; served here as {}", o.deltas_topic, p,
@@ -506,9 +612,11 @@ struct Applier::Rep : public OwnershipListener {
   Status Reconcile() {
     const auto members = o.cluster.directory->Snapshot();
     const std::set<int32_t> want = WantedStandbys(members);
+    const bool joined = ownership && ownership->Identity().generation > 0;
+    if (joined) TALLY_RETURN_IF_ERROR(SettleProvisional(want));
     std::vector<int32_t> drop;
     for (auto& [p, h] : held) {
-      if (h.owner) continue;
+      if (h.owner || h.provisional) continue;
       if (h.warm) {
         bool served_elsewhere = false;
         for (const auto& m : members) {
@@ -532,7 +640,7 @@ struct Applier::Rep : public OwnershipListener {
     // claim written since (a heartbeat of a live owner): a restarted
     // member's old record, or a killed predecessor's, may still claim them
     // while the group has not handed them on yet.
-    if (joined_wall_ms == 0 && ownership && ownership->Identity().generation > 0) {
+    if (joined_wall_ms == 0 && joined) {
       joined_wall_ms = base::WallMs();
     }
     for (uint32_t p : joined_wall_ms ? store->HeldPartitions() : std::vector<uint32_t>{}) {
@@ -597,12 +705,17 @@ struct Applier::Rep : public OwnershipListener {
     const int64_t now = base::SteadyMs();
     ownership->Poll(0);
     if (!cluster_failure.ok()) return cluster_failure;
+    if (!alone_checked) TALLY_RETURN_IF_ERROR(StartIfAlone(now));
+    // Fetching first: what follows may wait on the broker.
+    if (reassign) TALLY_RETURN_IF_ERROR(AssignApplied());
     if (now - last_reconcile_ms >= 200 ||
         o.cluster.directory->Version() != seen_directory_version) {
       last_reconcile_ms = now;
       seen_directory_version = o.cluster.directory->Version();
       UpdateCurrent();
       TALLY_RETURN_IF_ERROR(Reconcile());
+    } else if (restoring > 0 && now - last_current_check_ms >= 20) {
+      UpdateCurrent();
     }
     if (reassign) TALLY_RETURN_IF_ERROR(AssignApplied());
     Publish(now);
@@ -634,6 +747,8 @@ struct Applier::Rep : public OwnershipListener {
     oo.deltas_topic = o.deltas_topic;
     oo.client_id = "tally-applier-group";
     oo.fetch = false;
+    cluster_started_ms = base::SteadyMs();
+    for (uint32_t p : store->HeldPartitions()) on_disk_at_start.insert(static_cast<int32_t>(p));
     auto own = DeltasOwnership::Start(oo, this);
     if (!own.ok()) return own.status();
     ownership = std::move(own).value();

@@ -205,6 +205,11 @@ bool CommitPipeline::ServeCommits(int timeout_ms) {
           for (int i = 0; i < list->cnt && !err; i++) err = list->elems[i].err;
         }
       }
+      if (err == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID ||
+          err == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION ||
+          err == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS) {
+        refused_by_group_ = true;
+      }
       if (err) {
         // The deltas are safe in the log; an uncommitted offset only means re-routing later.
         TALLY_LOG_WARN_LIMITED(commit_log_, log_, "committing input offsets: {}",

@@ -118,6 +118,12 @@ class CommitPipeline {
 
   int commits_in_flight() const { return commits_in_flight_; }
 
+  // True once the group refused a commit because this consumer is not one
+  // of its members (unknown member, illegal generation, a rebalance in
+  // progress): a router routing standalone commits as no member, which
+  // Kafka accepts only while the group has no members.
+  bool refused_by_group() const { return refused_by_group_; }
+
   // Forgets where the streams' deltas lie (at a rebalance).
   void ForgetPositions();
 
@@ -165,6 +171,7 @@ class CommitPipeline {
   std::deque<Generation> generations_;  // oldest first; the back one may be open
   uint64_t next_generation_ = 0;
   std::string failure_;  // first delivery failure; nothing after it is committed
+  bool refused_by_group_ = false;
 
   std::map<std::pair<std::string, int32_t>, uint32_t> stream_ids_;
   std::vector<std::vector<StreamInPartition>> positions_;  // [stream id][deltas partition]

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "aggregator/event_router.h"
 #include "base/clock.h"
@@ -44,7 +45,12 @@ struct Router::Rep {
   // Made with the consumer; confined to this thread like it.
   std::unique_ptr<CommitPipeline> commits;
   std::unique_ptr<FetcherWakeup> fetcher;
-  std::unique_ptr<WholeTopicAssignment> whole;  // whole_topics only
+  std::unique_ptr<WholeTopicAssignment> whole;  // whole_topics, or standalone
+  // A cluster member routing every partition without the group while no
+  // other member is live (RouterOptions::directory); when it was last
+  // asked whether it still is alone.
+  bool standalone = false;
+  int64_t alone_checked_ms = 0;
   EventRouter router;
   std::vector<schemas::DeltaBatchBuilder> builders;
   schemas::EventParser parser;
@@ -354,21 +360,30 @@ struct Router::Rep {
                    o.deltas_partitions,
                    o.whole_topics ? "every partition, offsets in" : "partitions assigned by",
                    o.group);
-    if (o.whole_topics) {
-      linger_ms = o.linger_ms;
-      whole = std::make_unique<WholeTopicAssignment>(consumer.get(), o.input_topics, o.group, kLog);
-      if (Status st = whole->Assign(30000); !st.ok()) {
-        TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
-        return st;
-      }
-      return Status::Ok();
-    }
     linger_ms = o.linger_ms;
-    for (const auto& t : o.input_topics) {
-      // Only to size the linger: a topic not there yet counts as one.
-      auto n = base::PartitionCount(consumer.get(), t, 10000);
-      input_partitions += n.ok() ? *n : 1;
+    if (!o.whole_topics) {
+      for (const auto& t : o.input_topics) {
+        // Only to size the linger: a topic not there yet counts as one.
+        auto n = base::PartitionCount(consumer.get(), t, 10000);
+        input_partitions += n.ok() ? *n : 1;
+      }
+      if (!StartsAlone()) return Subscribe();
+      standalone = true;
+      alone_checked_ms = base::SteadyMs();
+      TALLY_LOG_INFO(kLog,
+                     "no other member of the cluster is live: routing every input partition "
+                     "without waiting for the group {} (joined once another member shows up)",
+                     o.group);
     }
+    whole = std::make_unique<WholeTopicAssignment>(consumer.get(), o.input_topics, o.group, kLog);
+    if (Status st = whole->Assign(30000); !st.ok()) {
+      TALLY_LOG_ERROR(kLog, "stopped: {}", st.ToString());
+      return st;
+    }
+    return Status::Ok();
+  }
+
+  Status Subscribe() {
     base::KafkaPartitionList topics(
         rd_kafka_topic_partition_list_new(static_cast<int>(o.input_topics.size())));
     for (const auto& t : o.input_topics) {
@@ -378,6 +393,50 @@ struct Router::Rep {
       return base::KafkaStatus(err, "subscribing to the input topics");
     }
     return Status::Ok();
+  }
+
+  // True when the members directory shows no live member but this one.
+  bool NoOtherMember() const {
+    for (const auto& m : o.directory->Snapshot()) {
+      if (m.member != o.member) return false;
+    }
+    return true;
+  }
+
+  // At start, in a cluster: whether to route standalone (RouterOptions::
+  // directory). Waits up to 3 s for the directory to have read what its
+  // topic held; a directory that has not is no evidence of being alone.
+  bool StartsAlone() const {
+    if (o.directory == nullptr) return false;
+    const int64_t deadline = base::SteadyMs() + 3000;
+    while (!o.directory->CaughtUp()) {
+      if (base::SteadyMs() >= deadline || stop->load()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return NoOtherMember();
+  }
+
+  // Routing standalone: joins the group once another member shows up or
+  // the group refused a commit (someone routes in it). What was routed is
+  // published and committed first, so the group's next owner of each
+  // partition goes on from there (a commit the group refuses only means
+  // some records are routed twice, and applied once).
+  Status JoinGroupIfNotAlone(int64_t now) {
+    if (now - alone_checked_ms < 200) return Status::Ok();
+    alone_checked_ms = now;
+    const bool refused = commits->refused_by_group();
+    if (!refused && NoOtherMember()) return Status::Ok();
+    TALLY_LOG_INFO(kLog, "{}: joining the group {} to share the input partitions",
+                   refused ? "the group has members (it refused a commit from outside it)"
+                           : "another member of the cluster is live",
+                   o.group);
+    TALLY_RETURN_IF_ERROR(Flush(/*sync_commit=*/true));
+    whole.reset();
+    standalone = false;
+    commits->ForgetPositions();
+    TALLY_RETURN_IF_ERROR(
+        base::Assign(consumer.get(), nullptr, "unassigning the input partitions"));
+    return Subscribe();
   }
 
   // Takes one consumer message: routes a record (true), or notes a
@@ -495,6 +554,10 @@ Status Router::Run(const std::atomic<bool>* stop) {
     result = r.Reap(/*sync_commit=*/false);
     if (!result.ok()) break;
     if (r.whole) r.whole->Refresh(now);
+    if (r.standalone) {
+      result = r.JoinGroupIfNotAlone(now);
+      if (!result.ok()) break;
+    }
   }
   return r.Finish(result);
 }

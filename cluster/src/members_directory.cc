@@ -96,6 +96,13 @@ base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
   auto consumer = base::MakeConsumer(o.kafka, cs);
   if (!consumer.ok()) return consumer.status().WithContext("members directory");
   d->consumer_ = std::move(consumer).value();
+  // The partition's leader known before the assignment: assigned without
+  // it, librdkafka retries the start offset's look-up only after 500 ms,
+  // and the directory (which a member starting alone waits for) would
+  // catch up that much later.
+  if (auto n = base::PartitionCount(d->consumer_.get(), topic, o.start_timeout_ms); !n.ok()) {
+    return n.status().WithContext("members directory");
+  }
   base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), kPartition)->offset =
       RD_KAFKA_OFFSET_BEGINNING;

@@ -13,11 +13,13 @@
 #include <rocksdb/db.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,6 +198,58 @@ Status StateStore::OpenPartition(uint32_t p) {
   rep_->RecordHeld();
   TALLY_LOG_INFO("store", "partition {}: opened", p);
   return Status::Ok();
+}
+
+Status StateStore::OpenPartitions(const std::vector<uint32_t>& ps) {
+  for (uint32_t p : ps)
+    TALLY_RETURN_IF_ERROR(CheckControl(rep_->options, p, partitions(), "opening"));
+  std::lock_guard<std::mutex> control(rep_->control_mu);
+  std::vector<uint32_t> to_open;
+  for (uint32_t p : ps) {
+    if (!rep_->partitions[p]->rep_->held.load()) to_open.push_back(p);
+  }
+  if (to_open.empty()) return Status::Ok();
+  if (rep_->reserve != nullptr) {
+    if (Status full = rep_->reserve->Check(); !full.ok()) {
+      return Status::ResourceExhausted(
+          fmt::format("cannot open partitions of {}: {}", dir(), full.message()));
+    }
+  }
+  // As StateStore::Open: the databases open on up to 8 threads, then each
+  // is published by its partition (under its lock) on this one.
+  constexpr size_t kThreads = 8;
+  const size_t m = to_open.size();
+  std::vector<rocksdb::DB*> raws(m, nullptr);
+  std::vector<rocksdb::Status> opened(m);
+  std::vector<rocksdb::Options> used(m);
+  std::vector<std::string> currents(m);
+  std::atomic<size_t> next{0};
+  auto open_some = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < m;) {
+      opened[k] =
+          rep_->OpenDb(to_open[k], /*create_if_missing=*/true, &raws[k], &used[k], &currents[k]);
+    }
+  };
+  {
+    std::vector<std::thread> openers;
+    for (size_t t = 1; t < std::min(m, kThreads); t++) openers.emplace_back(open_some);
+    open_some();
+    for (auto& t : openers) t.join();
+  }
+  Status failed;
+  for (size_t k = 0; k < m; k++) {
+    if (!opened[k].ok()) {
+      if (failed.ok()) failed = rep_->OpenFailed(to_open[k], opened[k]);
+      continue;
+    }
+    Partition::Rep& r = *rep_->partitions[to_open[k]]->rep_;
+    std::lock_guard<std::mutex> partition(r.control_mu);
+    Status st = rep_->Publish(to_open[k], raws[k], std::move(used[k]), std::move(currents[k]));
+    if (!st.ok() && failed.ok()) failed = st;
+  }
+  rep_->RecordHeld();
+  TALLY_LOG_INFO("store", "partitions {}..{} ({}): opened", to_open.front(), to_open.back(), m);
+  return failed;
 }
 
 Status StateStore::ClosePartition(uint32_t p) {

@@ -20,6 +20,11 @@
 //     after the owner), and a partition this member gave up, until its new
 //     owner says in the directory that it has caught up (warm-up: reads go
 //     to the old owner meanwhile).
+// A member that finds no other live member in the directory at start
+// applies every partition at once as provisional standbys, without
+// waiting for the group's first assignment (its initial rebalance delay);
+// the assignment makes them owned or hands them over (docs/cluster.md,
+// "Starting, stopping, faults").
 // Every member applying a partition publishes its derived deltas (a
 // follow's effects on the followed user), which the targets deduplicate by
 // mark (applier.cc, HandleMessage, says why that is exact). A partition it

@@ -21,6 +21,7 @@
 #include "aggregator/defaults.h"
 #include "base/kafka.h"
 #include "base/status.h"
+#include "cluster/members_directory.h"
 
 namespace tally::aggregator {
 
@@ -45,6 +46,17 @@ struct RouterOptions {
   // as a standalone consumer; partitions added to a topic are picked up
   // within 30 s. false: join `group` and route the partitions it assigns.
   bool whole_topics = false;
+  // A member of a cluster (not whole_topics): the members directory (must
+  // outlive the router) and this member's id in it. A member that finds no
+  // other live member there when it starts routes every partition
+  // standalone, as under whole_topics, instead of waiting for the group's
+  // initial rebalance delay; it joins `group` as soon as another member
+  // shows up in the directory or the group refuses its commits (a router
+  // with no directory record, e.g. `tally aggregate --role router`, has
+  // joined). Until then both route the same records, which the appliers
+  // apply once (by mark). Null: join `group` at once.
+  const cluster::MembersDirectory* directory = nullptr;
+  std::string member;
 };
 
 class Router {

@@ -346,6 +346,11 @@ class StateStore {
   // commits of p are served. OK if p is held already. ResourceExhausted
   // while the disk is below the reserve; RocksDB's error if it cannot open.
   base::Status OpenPartition(uint32_t p);
+  // OpenPartition() of each of `ps`, several at once (an open mostly waits
+  // for syncs), recording HELD once: a member taking many partitions at
+  // once opens them in the time of a few. The first error, with the
+  // partitions that did open held.
+  base::Status OpenPartitions(const std::vector<uint32_t>& ps);
   // Stops serving p: reads and commits that start after this began answer
   // NotHeldError; those in flight finish first (this waits for them), then
   // the database is closed on this thread, so when it returns its files are
