@@ -340,6 +340,25 @@ TEST_F(HeldPartitionsTest, OpenPartitionCreatesANewPartitionThatCommitsAndReads)
   EXPECT_EQ(store->DropPartition(kParts).code(), base::StatusCode::kInvalidArgument);
 }
 
+TEST_F(HeldPartitionsTest, OpenPartitionsOpensSeveralAtOnceKeepingWhatIsThere) {
+  const uint64_t post = IdIn(1);
+  {
+    auto created = OpenOrDie(std::vector<uint32_t>{1});
+    ASSERT_TRUE(AddLikes(created.get(), post, 5, 9).ok());
+  }
+  auto store = OpenOrDie(std::vector<uint32_t>{0});
+  ASSERT_TRUE(store->OpenPartitions({1, 2, 3, 0}).ok());  // 0 is held already
+  EXPECT_EQ(store->HeldPartitions(), (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(RecordedHeld(), (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(Likes(store.get(), post), 5);  // an existing partition reopened, not recreated
+  EXPECT_EQ(store->partition(1)->LoadProgress()->next_deltas_offset, 9);
+  const uint64_t fresh = IdIn(3);
+  ASSERT_TRUE(AddLikes(store.get(), fresh, 2, 4).ok());
+  EXPECT_EQ(Likes(store.get(), fresh), 2);
+  EXPECT_TRUE(store->OpenPartitions({}).ok());
+  EXPECT_EQ(store->OpenPartitions({2, kParts}).code(), base::StatusCode::kInvalidArgument);
+}
+
 TEST_F(HeldPartitionsTest, CloseThenReopenKeepsEverything) {
   options_.read_cache_bytes = 1 << 20;
   auto store = OpenOrDie();
