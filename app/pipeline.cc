@@ -12,6 +12,7 @@
 
 #include "aggregator/cluster_check.h"
 #include "base/clock.h"
+#include "base/kafka_consumer.h"
 #include "base/log.h"
 #include "base/shutdown.h"
 #include "broker_process.h"
@@ -257,6 +258,59 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
   return info;
 }
 
+namespace {
+
+// Commits, for the router's group, the start of every input partition's
+// log. After the log was replaced under a running process the old router
+// may have committed its old offsets to the new log (the same address
+// answers): its stop commits what it routed, and a commit that found no
+// coordinator during the swap is retried by librdkafka, possibly from a
+// consumer still being destroyed in the background. Those offsets would
+// make the next router skip the new log's first records. Called with the
+// stages stopped and those destroys awaited. A group with members (other
+// routers of a cluster) refuses the commit: it is logged, and their own
+// commits are then what the group knows.
+void CommitLogStarts(const base::KafkaOptions& kafka, const CommonFlags& f) {
+  if (int left = base::AwaitBackgroundDestroys(10000); left > 0) {
+    TALLY_LOG_WARN("pipeline", "{} Kafka client(s) of the old log still closing", left);
+  }
+  base::ConsumerSettings cs;
+  cs.group = f.group;
+  cs.client_id = "tally-reattach";
+  auto consumer = base::MakeConsumer(kafka, cs);
+  if (!consumer.ok()) {
+    TALLY_LOG_WARN("pipeline", "resetting the input offsets: {}", consumer.status().ToString());
+    return;
+  }
+  base::KafkaPartitionList starts(rd_kafka_topic_partition_list_new(16));
+  for (const auto& t : f.input_topics) {
+    auto n = base::PartitionCount(consumer->get(), t, 10000);
+    if (!n.ok()) continue;  // not there yet: nothing was committed for it either
+    for (int32_t p = 0; p < *n; p++) {
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(consumer->get(), t.c_str(), p, &low, &high, 5000) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        low = 0;
+      }
+      rd_kafka_topic_partition_list_add(starts.get(), t.c_str(), p)->offset = low;
+    }
+  }
+  if (starts->cnt > 0) {
+    if (auto err = rd_kafka_commit(consumer->get(), starts.get(), /*async=*/0)) {
+      TALLY_LOG_WARN("pipeline",
+                     "resetting the input offsets of group {} to the new log's start: {}", f.group,
+                     rd_kafka_err2str(err));
+    } else {
+      TALLY_LOG_INFO("pipeline",
+                     "input offsets of group {} set to the new log's start ({} partitions)",
+                     f.group, starts->cnt);
+    }
+  }
+  rd_kafka_consumer_close(consumer->get());
+}
+
+}  // namespace
+
 base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFlags& f,
                                       store::StateStore* store, int wait_ms) {
   auto cluster = ConnectCluster(kafka, f, /*create_topics=*/false, wait_ms);
@@ -269,6 +323,7 @@ base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFla
         base::kDeltasTopic, cluster->deltas_partitions, store->dir(), store->partitions()));
   }
   TALLY_RETURN_IF_ERROR(aggregator::AttachToCluster(store, cluster->identity, f.reset_offsets));
+  CommitLogStarts(*kafka, f);
   return true;
 }
 

@@ -138,7 +138,9 @@ base::Result<ClusterInfo> ConnectCluster(base::KafkaOptions* kafka, const Common
 // (up to `wait_ms`) and, if it is not the one the state was built from (a
 // restarted embedded broker, whose log is new), attaches the state to it by
 // the rules of a start (aggregator::AttachToCluster: counts kept, offsets
-// from the new logs' start). True when it re-attached and the stages may
+// from the new logs' start, and the router group's input offsets committed
+// as those starts: the old router may have committed its old offsets to the
+// new log). True when it re-attached and the stages may
 // start again; false when the cluster is the one the state knows (the
 // failure stands); an error when the cluster cannot be reached, its
 // tally.deltas has another partition count than the state, or the rules
