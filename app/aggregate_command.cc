@@ -95,7 +95,7 @@ int RunAggregate(int argc, char** argv) {
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
   std::unique_ptr<ClusterMember> member;
   if (in_cluster) {
-    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
+    auto m = ClusterMember::Start({po.kafka, f.group, advertise, cluster->deltas_partitions});
     if (!m.ok()) return Fail(command, m.status());
     member = std::move(m).value();
     po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));

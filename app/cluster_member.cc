@@ -84,10 +84,12 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
     local_version_++;
   }
   directory_->Publish(copy);
-  if (!ready_.load() && copy.generation > 0 && copy.restoring.empty()) {
+  const bool holds_all =
+      options_.partitions > 0 && copy.owns.size() + copy.standby.size() == options_.partitions;
+  if (!ready_.load() && (copy.generation > 0 || holds_all) && copy.restoring.empty()) {
     ready_.store(true);
-    TALLY_LOG_INFO("cluster",
-                   "member {} joined the cluster: owns {} partitions, {} standby; serving", member_,
+    TALLY_LOG_INFO("cluster", "member {} {}: owns {} partitions, {} standby; serving", member_,
+                   copy.generation > 0 ? "joined the cluster" : "holds every partition",
                    copy.owns.size(), copy.standby.size());
   }
 }

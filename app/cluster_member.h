@@ -35,6 +35,9 @@ struct ClusterMemberOptions {
   base::KafkaOptions kafka;
   std::string group;      // --group (GET /v1/cluster shows "<group>-applier")
   std::string advertise;  // http://HOST:PORT; the member id is HOST:PORT
+  // Partitions of tally.deltas (0: unknown). A member holding every one
+  // current is ready before the group's first assignment (Ready()).
+  uint32_t partitions = 0;
 };
 
 // The member id of an advertised address: "http://h:p/" -> "h:p".
@@ -58,9 +61,10 @@ class ClusterMember : public query::ClusterRouting {
   // Leaves the directory cleanly (a tombstone), after the applier stopped.
   void Leave();
   // True once the applier has been given its first partitions by the group
-  // (possibly none) and has nothing left to restore: until then the HTTP
-  // tier of a starting member is not ready (its router joins its group at
-  // the same time). Stays true.
+  // (possibly none), or holds every partition current (a member that
+  // started alone, before the group's first assignment), and has nothing
+  // left to restore: until then the HTTP tier of a starting member is not
+  // ready. Stays true.
   bool Ready() const { return ready_.load(std::memory_order_relaxed); }
 
   const cluster::MembersDirectory* directory() const { return directory_.get(); }

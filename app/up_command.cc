@@ -165,7 +165,7 @@ int RunUp(int argc, char** argv) {
   // when it finds no other member there (RouterOptions::directory).
   std::unique_ptr<ClusterMember> member;
   if (in_cluster) {
-    auto m = ClusterMember::Start({po.kafka, f.group, advertise});
+    auto m = ClusterMember::Start({po.kafka, f.group, advertise, cluster->deltas_partitions});
     if (!m.ok()) return Fail(command, m.status());
     member = std::move(m).value();
     po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
