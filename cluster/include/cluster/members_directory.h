@@ -160,6 +160,7 @@ class MembersDirectory {
   explicit MembersDirectory(MembersDirectoryOptions options);
   void Run();
   void ReadOne(const rd_kafka_message_t& m);
+  void MarkCaughtUp();
   void PublishIfDue();
   void ExpireIfDue();
   void Changed();
@@ -190,6 +191,7 @@ class MembersDirectory {
   std::map<std::string, bool> was_live_;  // liveness last seen by ExpireIfDue
   int64_t max_generation_ = 0;
   bool caught_up_ = false;
+  int64_t start_end_ = -1;  // the topic's end when Start() ran; -1: unknown (EOF tells)
   uint64_t version_ = 0;
 
   std::atomic<uint64_t> malformed_{0};
