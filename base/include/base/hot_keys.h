@@ -62,6 +62,8 @@ class HotKeys {
   // for readers (an HTTP request), not for the hot path.
   std::vector<HotKey> Top(size_t n, int64_t now_ms);
 
+  int window_s() const { return window_s_; }
+
  private:
   struct Slot {
     uint64_t key = 0;
