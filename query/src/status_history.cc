@@ -101,7 +101,10 @@ bool LagGrowing(std::span<const StatusSample> samples, int64_t now_ms, std::stri
       !MeanLag(samples, now_ms, &now)) {
     return false;
   }
-  if (!(now > mid && mid > then && now - then >= std::max(100.0, then / 2))) return false;
+  // Growth within the noise of a steady load (lag moves by a window's worth
+  // from one sample to the next) is no alert: it must at least double, and
+  // by 1,000 records.
+  if (!(now > mid && mid > then && now - then >= std::max(1000.0, then))) return false;
   if (why != nullptr) {
     *why =
         fmt::format("lag has grown for 30 s: {:.0f} -> {:.0f} -> {:.0f} records", then, mid, now);

@@ -214,6 +214,8 @@ TEST(StatusHistoryRulesTest, LagGrowsOnlyWhenItRoseThroughTheLast30Seconds) {
   EXPECT_FALSE(LagGrowing(series([](int) { return int64_t{5000}; }), 40000, nullptr));
   EXPECT_FALSE(LagGrowing(series([](int i) { return int64_t{8000} - 100 * i; }), 40000, nullptr));
   EXPECT_FALSE(LagGrowing(series([](int i) { return int64_t{i}; }), 40000, nullptr));
+  // The noise of a steady load at a few thousand events/s: 300 -> 800.
+  EXPECT_FALSE(LagGrowing(series([](int i) { return int64_t{300} + 12 * i; }), 40000, nullptr));
   // Grew only in the last 10 s.
   EXPECT_FALSE(LagGrowing(series([](int i) { return i < 30 ? int64_t{0} : int64_t{1000} * i; }),
                           40000, nullptr));

@@ -101,7 +101,7 @@ int64_t FreshnessMs(std::span<const PartitionOffsetsNow> now, std::span<const in
 // Whether the lag has grown for the last 30 s of `samples` (oldest first,
 // ending at now_ms): the mean lag of the 5 s ending now, of the 5 s ending
 // 15 s ago and of the 5 s ending 30 s ago each exceed the one before, and
-// the growth is at least max(100, half the oldest). Samples of unknown lag
+// the lag at least doubled, by 1,000 records or more. Samples of unknown lag
 // are left out; a window without a sample is no growth. On true, *why says
 // from what to what.
 bool LagGrowing(std::span<const StatusSample> samples, int64_t now_ms, std::string* why);
