@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/hot_keys.h"
 #include "base/metrics.h"
+#include "fixed_routing.h"
 #include "query/query_service.h"
 #include "query/status_history.h"
 #include "query/watermarks.h"
@@ -28,8 +29,9 @@ class StatusPageTest : public ::testing::Test {
  protected:
   void SetUp() override { store_ = testing::OpenTestStore(dir_.path()); }
 
-  void MakeService(int sample_ms) {
+  void MakeService(int sample_ms, ClusterRouting* cluster = nullptr) {
     QueryServiceOptions o;
+    o.cluster = cluster;
     o.store = store_.get();
     o.info = ServiceInfo{
         "0.1.0", "127.0.0.1:9092", {"tally.events"}, "/var/lib/tally", testing::kTestPartitions};
@@ -105,6 +107,38 @@ TEST_F(StatusPageTest, StatusSaysWhatRunsAndRaisesAlerts) {
   EXPECT_EQ(s["alerts"][0]["message"], "lost the Kafka cluster");
   EXPECT_EQ(s["alerts"][1]["code"], "not_ready");
   EXPECT_FALSE(s["ready"].get<bool>());
+}
+
+// A cluster whose members directory says member b restores partition 3.
+class RestoringRouting : public testing::FixedRouting {
+ public:
+  using FixedRouting::FixedRouting;
+  bool restoring = false;
+  std::string ClusterJson() const override {
+    return restoring
+               ? R"({"group":"g","generation":7,"members":[{"member":"a","http":"","owns":[0,1,2],"standby":[],"restoring":[]},{"member":"b","http":"","owns":[],"standby":[],"restoring":[{"partition":3,"offset":10,"end_offset":40}]}]})"
+               : FixedRouting::ClusterJson();
+  }
+};
+
+TEST_F(StatusPageTest, APartitionWithoutACurrentOwnerOrARestoreIsAMove) {
+  RestoringRouting routing("a");
+  for (uint32_t p = 0; p < testing::kTestPartitions; p++) {
+    if (p != 2) routing.Set(p, "a");
+  }
+  MakeService(0, &routing);
+  nlohmann::json s = Json("/v1/status");
+  ASSERT_EQ(s["alerts"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["alerts"][0]["code"], "partition_moving");
+  EXPECT_EQ(s["alerts"][0]["message"], "1 partition(s) have no current owner (partition 2 first)");
+  EXPECT_EQ(s["member"], "a");
+
+  routing.Set(2, "a");
+  EXPECT_TRUE(Json("/v1/status")["alerts"].empty());
+  routing.restoring = true;
+  s = Json("/v1/status");
+  ASSERT_EQ(s["alerts"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["alerts"][0]["message"], "b restores 1 partition(s) (partition 3 at 10 of 40)");
 }
 
 TEST_F(StatusPageTest, HistorySamplesTheMetricsEverySecondOrSo) {
