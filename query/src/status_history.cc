@@ -88,8 +88,12 @@ int64_t FreshnessMs(std::span<const PartitionOffsetsNow> now, std::span<const in
       next_t = t;
       next_end = static_cast<double>(end);
     }
-    // Older than every sample: at least as old as the oldest.
-    if (published < 0) published = next_t;
+    // Older than every sample: at least as old as the oldest; with no
+    // sample before, nothing says how old.
+    if (published < 0) {
+      if (times.empty()) return -1;
+      published = next_t;
+    }
     worst = std::max(worst, static_cast<int64_t>(static_cast<double>(now_ms) - published));
   }
   return worst;

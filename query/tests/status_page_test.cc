@@ -226,7 +226,9 @@ TEST(StatusHistoryRulesTest, FreshnessIsWhenTheNewestVisibleRecordWasPublished) 
   // The worst partition counts: partition 1 hides records published after 3 s.
   now = {{400, 400}, {50, 60}};
   EXPECT_EQ(FreshnessMs(now, times, ends, 4000), 1000);
-  // No sample before: as old as now - now, a lag seen for the first time.
+  // No sample before: unknown with lag, 0 without.
+  EXPECT_EQ(FreshnessMs(now, {}, {}, 4000), -1);
+  now = {{400, 400}, {50, 50}};
   EXPECT_EQ(FreshnessMs(now, {}, {}, 4000), 0);
 }
 

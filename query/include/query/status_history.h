@@ -94,7 +94,8 @@ struct PartitionOffsetsNow {
 // `now`, given earlier samples: times[i] (oldest first) and ends[i * n + c],
 // the end offset of partition c at sample i (-1: unknown), n = now.size().
 // A partition whose newest visible record is older than every sample reads
-// as old as the oldest sample.
+// as old as the oldest sample; -1 (unknown) when a partition has lag and
+// there is no sample before.
 int64_t FreshnessMs(std::span<const PartitionOffsetsNow> now, std::span<const int64_t> times,
                     std::span<const int64_t> ends, int64_t now_ms);
 
