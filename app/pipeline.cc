@@ -103,6 +103,9 @@ void AddHttpFlags(base::FlagSet* fs, HttpFlags* f) {
   fs->Int("visible-timeout-ms", &f->visible_timeout_ms,
           "POST /v1/events?wait=visible and the resets' ?wait=visible answer 504 not_yet_visible "
           "after this many ms (the events stay accepted)");
+  fs->Int("status-sample-ms", &f->status_sample_ms,
+          "the status page (GET /) plots a sample of the pipeline taken every this many ms, 15 "
+          "minutes of them kept in memory; 0: no samples (the plots stay empty)");
 }
 
 base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
@@ -125,6 +128,10 @@ base::Result<query::ServerOptions> MakeServerOptions(const HttpFlags& f) {
     return Status::InvalidArgument(
         fmt::format("--visible-timeout-ms {} must be below --request-timeout-ms {}",
                     f.visible_timeout_ms, f.request_timeout_ms));
+  }
+  if (f.status_sample_ms < 0 || f.status_sample_ms > 60000) {
+    return Status::InvalidArgument(
+        fmt::format("--status-sample-ms must be 0..60000, got {}", f.status_sample_ms));
   }
   if (f.rate_limit < 0 || f.rate_burst < 0) {
     return Status::InvalidArgument("--rate-limit and --rate-burst must not be negative");
@@ -194,6 +201,7 @@ base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, cons
   service.info.state_dir = f.state_dir;
   service.info.group = f.group;  // GET /v1/cluster of a single process
   service.visible_timeout_ms = static_cast<int>(http.visible_timeout_ms);
+  service.status_sample_ms = static_cast<int>(http.status_sample_ms);
   if (ingest::EventPublisher* p = service.publisher; p != nullptr) {
     server.abort_waits = [p] { p->Abort(); };
   }

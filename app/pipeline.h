@@ -75,12 +75,14 @@ struct HttpFlags {
   int64_t rate_limit = 0;  // requests/s per client address; 0 = none
   int64_t rate_burst = 0;  // 0 = rate_limit
   int64_t visible_timeout_ms = 5000;  // ?wait=visible (QueryServiceOptions::visible_timeout_ms)
+  int64_t status_sample_ms =
+      1000;  // the status page's history (QueryServiceOptions::status_sample_ms)
 };
 
 // Registers --http, --http-threads, --max-request-bytes, --max-header-bytes,
 // --max-headers, --idle-timeout-ms, --request-timeout-ms,
 // --write-timeout-ms, --max-connections, --rate-limit, --rate-burst,
-// --visible-timeout-ms.
+// --visible-timeout-ms, --status-sample-ms.
 void AddHttpFlags(base::FlagSet* fs, HttpFlags* f);
 // Checks `f` and turns it into server options. InvalidArgument naming the
 // flag for a value out of range. Raises the process's open-file limit

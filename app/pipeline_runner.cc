@@ -65,6 +65,7 @@ void PipelineRunner::StartApplier(store::StateStore* store) {
     ao.flush_ms = options_.flush_ms;
     ao.key_budget = options_.key_budget;
     ao.cluster = options_.cluster;
+    ao.hot_posts = options_.hot_posts;
     return aggregator::Applier(ao, store_).Run(&stop_);
   });
 }

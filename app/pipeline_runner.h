@@ -28,6 +28,9 @@ struct PipelineOptions {
   // A member of a cluster (SPEC section 6): the applier joins the group;
   // the router starts standalone when the directory shows no other member.
   aggregator::ApplierClusterOptions cluster;
+  // Optional; must outlive the runner: the applier tallies each window's
+  // post increments there (ApplierOptions::hot_posts).
+  base::HotKeys* hot_posts = nullptr;
   // Called on the stage's thread when a stage stops with an error; null:
   // request a process shutdown (base/shutdown.h).
   std::function<void()> on_failure;

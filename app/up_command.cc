@@ -10,6 +10,7 @@
 
 #include "aggregator/cluster_check.h"
 #include "base/clock.h"
+#include "base/hot_keys.h"
 #include "base/kafka_health.h"
 #include "base/log.h"
 #include "base/shutdown.h"
@@ -170,6 +171,10 @@ int RunUp(int argc, char** argv) {
     member = std::move(m).value();
     po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
   }
+  // The hottest posts of the last minute, tallied by the applier for the
+  // status page.
+  base::HotKeys hot_posts;
+  po.hot_posts = &hot_posts;
   PipelineRunner runner(po, nullptr);
   // The router needs no state. When the cluster check below cannot refuse
   // the state, routing starts while the partitions open (40-80 ms of every
@@ -207,6 +212,7 @@ int RunUp(int argc, char** argv) {
   qo.watermarks = watermarks.get();
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
+  qo.hot_posts = &hot_posts;
   // Any member answers everything; one process alone answers as itself.
   qo.cluster = member.get();
   qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));

@@ -157,6 +157,7 @@ struct Applier::Rep : public OwnershipListener {
                                                 store->partitions(), store->options().viewed,
                                                 store->options().dedup_hours * 3600000LL);
       TALLY_RETURN_IF_ERROR(wa->Load());
+      wa->set_hot_posts(o.hot_posts);
       int64_t offset = wa->progress().next_deltas_offset;
       rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), static_cast<int32_t>(p))->offset = offset;
       TALLY_LOG_INFO(kLog, "applying {}/{} from offset {} (from the state)", o.deltas_topic, p, offset);
@@ -684,6 +685,12 @@ struct Applier::Rep : public OwnershipListener {
   // Hands what this member is to the directory on a change, and every
   // second while something restores (its progress).
   void Publish(int64_t now) {
+    // The hottest posts are those this member serves: owned and caught up.
+    for (const auto& [p, h] : held) {
+      if (auto w = owned.find(p); w != owned.end()) {
+        w->second->set_hot_posts(h.owner && h.current ? o.hot_posts : nullptr);
+      }
+    }
     cluster::MemberInfo info = Describe();
     const bool restoring = !info.restoring.empty();
     // A new group generation is news even when nothing moved here: the

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "base/clock.h"
 #include "base/hash.h"
 #include "base/log.h"
 
@@ -272,6 +273,16 @@ void WindowApplier::Seal() {
   follows_.SortByKey();
   event_ids_.SortByKey();
   for (const auto& [id, ops] : post_ops_) batch_.MergePostCounters(id, ops.data());
+  if (hot_posts_ != nullptr && post_ops_.size() > 0) {
+    auto hot = hot_posts_->Lock(base::SteadyMs());
+    for (const auto& [id, ops] : post_ops_) {
+      uint64_t increments = 0;
+      for (const store::CounterOp& op : ops) {
+        if (op.add > 0) increments += static_cast<uint64_t>(op.add);
+      }
+      hot.Add(id, increments);
+    }
+  }
   for (const auto& [id, ops] : user_ops_) batch_.MergeUserCounters(id, ops.data());
   for (const auto& [id, ops] : unread_ops_) batch_.MergeUnreadCounters(id, ops.data());
   for (const auto& [k, set] : likes_) {

@@ -98,6 +98,42 @@ Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::str
   return e->histogram.get();
 }
 
+uint64_t MetricsRegistry::CounterTotal(std::string_view name, std::string_view skip) const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t sum = 0;
+  for (const auto& e : entries_) {
+    if (e->type != 0 || e->name != name || !e->counter) continue;
+    if (!skip.empty() && e->labels.find(skip) != std::string::npos) continue;
+    sum += e->counter->value();
+  }
+  return sum;
+}
+
+void MetricsRegistry::HistogramTotal(std::string_view name, std::string_view skip,
+                                     std::vector<double>* bounds, std::vector<uint64_t>* buckets,
+                                     uint64_t* count) const {
+  bounds->clear();
+  buckets->clear();
+  *count = 0;
+  std::vector<uint64_t> b;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& e : entries_) {
+    if (e->type != 2 || e->name != name || !e->histogram) continue;
+    if (!skip.empty() && e->labels.find(skip) != std::string::npos) continue;
+    if (bounds->empty()) {
+      *bounds = e->histogram->bounds();
+      buckets->assign(bounds->size() + 1, 0);
+    } else if (*bounds != e->histogram->bounds()) {
+      continue;
+    }
+    double sum = 0;
+    uint64_t n = 0;
+    e->histogram->Snapshot(&b, &sum, &n);
+    for (size_t i = 0; i < b.size() && i < buckets->size(); i++) (*buckets)[i] += b[i];
+    *count += n;
+  }
+}
+
 std::string MetricsRegistry::RenderPrometheus() const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<const Entry*> sorted;

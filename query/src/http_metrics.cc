@@ -15,7 +15,7 @@ namespace {
 // Slot 0: unmatched; slot i + 1: Routes()[i].
 constexpr int kRouteSlots = kRouteCount + 1;
 
-constexpr int kStatusSlots[] = {200, 202, 400, 401, 404, 405, 413, 429, 500, 501, 503, 504};
+constexpr int kStatusSlots[] = {200, 202, 304, 400, 401, 404, 405, 413, 429, 500, 501, 503, 504};
 constexpr int kStatusSlotCount = static_cast<int>(std::size(kStatusSlots));
 
 int StatusSlot(int status) {

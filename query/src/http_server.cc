@@ -76,6 +76,13 @@ std::string_view Forwarded(const restinio::http_request_header_t& header) {
   return v ? std::string_view(v->data(), v->size()) : std::string_view{};
 }
 
+// The If-None-Match header (a cached copy's ETag), borrowed from the
+// request; empty if absent.
+std::string_view IfNoneMatch(const restinio::http_request_header_t& header) {
+  auto v = header.opt_value_of(restinio::http_field::if_none_match);
+  return v ? std::string_view(v->data(), v->size()) : std::string_view{};
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -129,6 +136,13 @@ void HttpServer::Impl::Answer(const restinio::request_handle_t& req, Response re
     }
     if (!response.member.empty()) {
       builder.append_header(std::string(kMemberHeader), std::move(response.member));
+    }
+    if (!response.etag.empty()) {
+      builder.append_header(restinio::http_field::etag, std::string(response.etag));
+    }
+    if (!response.cache_control.empty()) {
+      builder.append_header(restinio::http_field::cache_control,
+                            std::string(response.cache_control));
     }
     if (response.unauthorized) {
       builder.append_header(restinio::http_field::www_authenticate, "Bearer realm=\"tally\"");
@@ -204,6 +218,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
       }
     }
     Request request{method, target, req->body(), false, Authorization(header), Forwarded(header)};
+    request.if_none_match = IfNoneMatch(header);
     if (service->MayBlock(request)) {
       // Off the I/O threads: a publish waits for the broker's acks, a read
       // in a cluster may wait for another member. RESTinio lets any thread
@@ -212,6 +227,7 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
         const auto& h = req->header();
         Request request{h.method().c_str(), h.request_target(), req->body(), false,
                         Authorization(h),   Forwarded(h)};
+        request.if_none_match = IfNoneMatch(h);
         if (request.body.size() > options.max_body_bytes) {
           request.body = {};
           request.body_too_large = true;

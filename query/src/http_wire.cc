@@ -13,6 +13,8 @@ const char* ReasonPhrase(int status) {
       return "OK";
     case 202:
       return "Accepted";
+    case 304:
+      return "Not Modified";
     case 400:
       return "Bad Request";
     case 401:

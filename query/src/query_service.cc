@@ -19,6 +19,7 @@
 #include "ingest/events_request.h"
 #include "query/cluster_routing.h"
 #include "query/peer_client.h"
+#include "query/status_history.h"
 #include "query/visibility_waiter.h"
 #include "query/watermarks.h"
 #include "renderers.h"
@@ -118,6 +119,17 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
       peers_error_ = peers.status().WithContext("no client for the other members");
     }
   }
+  started_wall_ms_ = base::WallMs();
+  started_steady_ms_ = base::SteadyMs();
+  if (options_.status_sample_ms > 0) {
+    StatusHistoryOptions ho;
+    ho.interval_ms = options_.status_sample_ms;
+    ho.samples = static_cast<size_t>(15 * 60 * 1000 / options_.status_sample_ms);
+    ho.watermarks = options_.watermarks;
+    ho.metrics = &base::MetricsRegistry::Global();
+    history_ = std::make_unique<StatusHistory>(ho);
+    history_->Start();
+  }
   if (options_.publisher != nullptr && options_.watermarks != nullptr) {
     if (options_.cluster != nullptr) {
       // Visible means visible wherever it is read: the cluster's view.
@@ -177,6 +189,7 @@ bool QueryService::EveryPartitionHere(uint32_t* not_here) const {
 }
 
 QueryService::~QueryService() {
+  history_.reset();     // its thread reads the watermarks
   visibility_.reset();  // its thread may ask the peers
   peers_.reset();
 }

@@ -95,6 +95,40 @@ struct RouteTable {
        .handler = &S::HandleMetrics,
        .rate_limit_exempt = true},
       {.name = "cluster", .pattern = "/v1/cluster", .method = kGet, .handler = &S::HandleCluster},
+      // The status page and what it reads: for people looking while
+      // something is wrong, so answered before the state is ready and never
+      // rate limited. The page's own requests are left out of the HTTP
+      // rates it plots (StatusHistory): their names start with "status".
+      {.name = "status_page",
+       .pattern = "/",
+       .method = kGet,
+       .handler = &S::HandleStatusPage,
+       .rate_limit_exempt = true},
+      {.name = "status_page_alias",
+       .pattern = "/status",
+       .method = kGet,
+       .handler = &S::HandleStatusPage,
+       .rate_limit_exempt = true},
+      {.name = "status_file",
+       .pattern = "/status/{file}",
+       .method = kGet,
+       .handler = &S::HandleStatusFile,
+       .rate_limit_exempt = true},
+      {.name = "status",
+       .pattern = "/v1/status",
+       .method = kGet,
+       .handler = &S::HandleStatus,
+       .rate_limit_exempt = true},
+      {.name = "status_history",
+       .pattern = "/v1/status/history",
+       .method = kGet,
+       .handler = &S::HandleStatusHistory,
+       .rate_limit_exempt = true},
+      {.name = "status_hot_posts",
+       .pattern = "/v1/status/hot-posts",
+       .method = kGet,
+       .handler = &S::HandleHotPosts,
+       .rate_limit_exempt = true},
   };
 };
 static_assert(std::size(RouteTable::kRows) == kRouteCount);

@@ -47,10 +47,11 @@ struct Route {
   bool needs_ready = false;        // answered 503 while the state is not ready
 };
 
-// Every route, in the order of SPEC section 4, then GET /v1/cluster (section 6).
+// Every route, in the order of SPEC section 4, then GET /v1/cluster (section
+// 6), then the status page's.
 std::span<const Route> Routes();
 // The number of rows of Routes().
-inline constexpr int kRouteCount = 14;
+inline constexpr int kRouteCount = 20;
 
 inline constexpr int kMaxRouteParams = 2;
 

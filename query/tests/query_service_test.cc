@@ -329,7 +329,7 @@ TEST_F(QueryServiceTest, MalformedRequestsGetPreciseErrors) {
       {"GET", "/v1/posts/counts?ids=1&ids=2", "", 400, "bad_request", "more than once"},
       {"GET", "/v1/posts/counts?ids=1+2", "", 400, "bad_id"},
       // Unknown paths: no normalization.
-      {"GET", "/", "", 404, "not_found"},
+      {"GET", "/status/", "", 404, "not_found"},  // the page is "/"; no file named ""
       {"GET", "/v1", "", 404, "not_found"},
       {"GET", "/v1/info/", "", 404, "not_found"},
       {"GET", "//v1/info", "", 404, "not_found"},

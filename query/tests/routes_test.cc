@@ -47,12 +47,21 @@ constexpr SpecRoute kSpecRoutes[] = {
     {"GET", "/healthz", "healthz", false, true, false, false},
     {"GET", "/metrics", "metrics", false, true, false, false},
     {"GET", "/v1/cluster", "cluster", false, false, false, false},  // SPEC section 6
+    // The status page (README, "Status page").
+    {"GET", "/", "status_page", false, true, false, false},
+    {"GET", "/status", "status_page_alias", false, true, false, false},
+    {"GET", "/status/status.js", "status_file", false, true, false, false},
+    {"GET", "/v1/status", "status", false, true, false, false},
+    {"GET", "/v1/status/history?since=0", "status_history", false, true, false, false},
+    {"GET", "/v1/status/hot-posts", "status_hot_posts", false, true, false, false},
 };
 
 // Targets with no route, or on the edge of one.
 constexpr std::string_view kOtherTargets[] = {
-    "/",
     "",
+    "//",
+    "/status/a/b",
+    "/v1/status/",
     "v1/info",
     "//v1/info",
     "/v1/info/",

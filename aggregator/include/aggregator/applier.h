@@ -41,6 +41,7 @@
 #include <string>
 
 #include "aggregator/defaults.h"
+#include "base/hot_keys.h"
 #include "base/kafka.h"
 #include "base/status.h"
 #include "cluster/member_info.h"
@@ -69,6 +70,11 @@ struct ApplierOptions {
   int flush_ms = kDefaultFlushMs;  // window length once caught up (a backlog stretches it to 10x)
   size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys
   ApplierClusterOptions cluster;
+  // Optional; must outlive the applier. Every window's post increments are
+  // tallied there (WindowApplier::set_hot_posts): alone, of every
+  // partition; in a cluster, of the partitions this member owns and has
+  // caught up (a restore's or a standby's windows are not news).
+  base::HotKeys* hot_posts = nullptr;
 };
 
 class Applier {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "aggregator/window_map.h"
+#include "base/hot_keys.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "schemas/delta.h"
@@ -116,6 +117,12 @@ class WindowApplier {
 
   // The next deltas offset the store holds (what a restart resumes from).
   int64_t committed_offset() const { return committed_offset_; }
+
+  // Where Seal() tallies each post's increments of the window (the net
+  // positive add per post, one Add per post per window), for the hottest
+  // posts of the last minute; null (the default): nowhere. Borrowed: must
+  // outlive this object or be replaced first.
+  void set_hot_posts(base::HotKeys* hot) { hot_posts_ = hot; }
 
   // Returns the counts since the last call and resets them.
   WindowStats TakeStats() {
@@ -197,6 +204,7 @@ class WindowApplier {
   Edges sealed_follows_;
   std::map<uint64_t, std::string> sealed_notices_;
   WindowStats stats_;
+  base::HotKeys* hot_posts_ = nullptr;
   // A producer whose notice ids restart (a second `tally produce --gen`, a
   // reset sequence) sends one repeated notice after another.
   base::LogLimiter repeated_notice_log_{10, 10000};

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tally::base {
@@ -84,6 +85,19 @@ class MetricsRegistry {
                                                         0.05, 0.1, 0.25, 0.5, 1, 2.5});
 
   std::string RenderPrometheus() const;
+
+  // The sum over every label set of the counters named `name`, leaving out
+  // those whose labels contain `skip` (when not empty); 0 if there is none.
+  // For a sampler reading totals once a second: takes the registry's mutex
+  // and walks its entries.
+  uint64_t CounterTotal(std::string_view name, std::string_view skip = {}) const;
+
+  // The histograms named `name` (labels containing `skip` left out) merged:
+  // their common bounds in *bounds, non-cumulative bucket counts (last is
+  // +Inf) in *buckets, *count the observations. A histogram whose bounds
+  // differ from the first one's is left out. Empty *bounds if none.
+  void HistogramTotal(std::string_view name, std::string_view skip, std::vector<double>* bounds,
+                      std::vector<uint64_t>* buckets, uint64_t* count) const;
 
  private:
   struct Entry {

@@ -35,6 +35,9 @@
 
 #include "base/status.h"
 
+namespace tally::base {
+class HotKeys;
+}
 namespace tally::store {
 class StateStore;
 struct PostCounts;
@@ -52,6 +55,7 @@ class WatermarkSource;
 class VisibilityWaiter;
 class ClusterRouting;
 class PeerClient;
+class StatusHistory;
 struct WatermarkReport;
 namespace internal {
 struct RouteTable;
@@ -77,6 +81,9 @@ struct Request {
   // moved to another member in between answers 503 partition_moving rather
   // than wait for that member.
   bool must_not_block = false;
+  // The If-None-Match header, empty if absent: an embedded file whose
+  // ETag it names is answered 304 without a body.
+  std::string_view if_none_match = {};
 };
 
 // The answer. `content_type` and `allow` point to static strings.
@@ -91,6 +98,9 @@ struct Response {
   // answered, comma-separated; empty: no header (nothing was read, or no
   // member id is configured).
   std::string member = {};
+  // The ETag and Cache-Control headers (static strings); empty: none.
+  std::string_view etag = {};
+  std::string_view cache_control = {};
 };
 
 inline constexpr std::string_view kJsonContentType = "application/json";
@@ -147,6 +157,15 @@ struct QueryServiceOptions {
   // In a cluster: how long a read waits for another member's answer
   // before it answers 503 partition_moving.
   int peer_timeout_ms = 2000;
+  // The status page's history (GET /v1/status/history): a sample every
+  // this many milliseconds, 15 minutes of them kept, taken by a thread of
+  // the service (StatusHistory); 0: no history (the page's plots stay
+  // empty).
+  int status_sample_ms = 0;
+  // Optional; must outlive the service. The hottest posts of the last
+  // minute (GET /v1/status/hot-posts), tallied by the applier of this
+  // process; null: none (a `tally serve`, whose applier runs elsewhere).
+  base::HotKeys* hot_posts = nullptr;
 };
 
 // Maps a Status code to its HTTP status. The only such mapping in tally:
@@ -207,6 +226,15 @@ class QueryService {
   Response HandleUnreadReset(const Request& request, const Match& m);
   Response HandleFeedSnapshot(const Request& request, const Match& m);
   Response HandleCluster(const Request& request, const Match& m);
+  // The status page (src/status_reads.cc).
+  Response HandleStatusPage(const Request& request, const Match& m);
+  Response HandleStatusFile(const Request& request, const Match& m);
+  Response HandleStatus(const Request& request, const Match& m);
+  Response HandleStatusHistory(const Request& request, const Match& m);
+  Response HandleHotPosts(const Request& request, const Match& m);
+  // Why a partition is moving now (one nobody serves current, a member
+  // restoring one), "" when none is; always "" without a cluster.
+  std::string PartitionsMoving() const;
   // The answer to a publish with ?wait=visible: waits for `records`, which
   // the publisher put at `positions`; `accepted` is the JSON value of the
   // answer's "accepted".
@@ -293,6 +321,10 @@ class QueryService {
   std::unique_ptr<PeerClient> peers_;
   base::Status peers_error_;      // why peers_ is null in a cluster
   std::string cluster_one_body_;  // GET /v1/cluster without a cluster
+  // The status page's history; null when options.status_sample_ms is 0.
+  std::unique_ptr<StatusHistory> history_;
+  int64_t started_wall_ms_ = 0;  // when the service was made (uptime)
+  int64_t started_steady_ms_ = 0;
 
   std::mutex parsers_mu_;
   std::vector<std::unique_ptr<ingest::EventsRequestParser>> parsers_;
