@@ -93,13 +93,10 @@ int RunAggregate(int argc, char** argv) {
   po.key_budget = static_cast<size_t>(key_budget);
   std::atomic<bool> stage_failed{false};
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
-  std::unique_ptr<ClusterMember> member;
-  if (in_cluster) {
-    auto m = ClusterMember::Start({po.kafka, f.group, advertise, cluster->deltas_partitions});
-    if (!m.ok()) return Fail(command, m.status());
-    member = std::move(m).value();
-    po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
-  }
+  auto started = StartMember(in_cluster, {po.kafka, f.group, advertise, cluster->deltas_partitions},
+                             standbys, &po.cluster);
+  if (!started.ok()) return Fail(command, started.status());
+  std::unique_ptr<ClusterMember> member = std::move(started).value();
   PipelineRunner runner(po, store.get());
   runner.Start();
   // A stage that fails is started again (RestartPipeline): on a replaced

@@ -243,4 +243,13 @@ std::string ClusterMember::ClusterJson() const {
   return out;
 }
 
+base::Result<std::unique_ptr<ClusterMember>> StartMember(
+    bool join, ClusterMemberOptions options, int64_t standbys,
+    aggregator::ApplierClusterOptions* applier) {
+  if (!join) return std::unique_ptr<ClusterMember>();
+  auto m = ClusterMember::Start(std::move(options));
+  if (m.ok()) *applier = ClusterApplierOptions(m->get(), static_cast<int>(standbys));
+  return m;
+}
+
 }  // namespace tally::app

@@ -109,4 +109,11 @@ class ClusterMember : public query::ClusterRouting {
 // applier): it reads the directory and publishes through the member.
 aggregator::ApplierClusterOptions ClusterApplierOptions(ClusterMember* member, int standbys);
 
+// With `join`: ClusterMember::Start(options), and *applier set to its
+// ClusterApplierOptions with `standbys` (tally up --brokers, tally
+// aggregate --advertise). Without: null (a process that is no member).
+base::Result<std::unique_ptr<ClusterMember>> StartMember(
+    bool join, ClusterMemberOptions options, int64_t standbys,
+    aggregator::ApplierClusterOptions* applier);
+
 }  // namespace tally::app

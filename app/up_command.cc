@@ -164,13 +164,10 @@ int RunUp(int argc, char** argv) {
   po.on_failure = [&stage_failed] { stage_failed.store(true); };
   // A member reads the members directory first: its router routes at once
   // when it finds no other member there (RouterOptions::directory).
-  std::unique_ptr<ClusterMember> member;
-  if (in_cluster) {
-    auto m = ClusterMember::Start({po.kafka, f.group, advertise, cluster->deltas_partitions});
-    if (!m.ok()) return Fail(command, m.status());
-    member = std::move(m).value();
-    po.cluster = ClusterApplierOptions(member.get(), static_cast<int>(standbys));
-  }
+  auto started = StartMember(in_cluster, {po.kafka, f.group, advertise, cluster->deltas_partitions},
+                             standbys, &po.cluster);
+  if (!started.ok()) return Fail(command, started.status());
+  std::unique_ptr<ClusterMember> member = std::move(started).value();
   // The hottest posts of the last minute, tallied by the applier for the
   // status page.
   base::HotKeys hot_posts;

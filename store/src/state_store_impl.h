@@ -194,6 +194,16 @@ struct StateStore::Rep {
   // owns *db; *options what it was opened with.
   rocksdb::Status OpenDb(uint32_t i, bool create_if_missing, rocksdb::DB** db,
                          rocksdb::Options* options, std::string* current);
+  // OpenDb of each of `ps` on up to 8 threads (an open is mostly waiting:
+  // creating a database syncs its MANIFEST, CURRENT, OPTIONS and
+  // directory; reopening one replays its WAL). Each result at its index.
+  struct Opened {
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status status;
+    rocksdb::Options options;
+    std::string current;
+  };
+  std::vector<Opened> OpenDbs(const std::vector<uint32_t>& ps, bool create_if_missing);
   // The status of a failed OpenDb of partition i, said as Open() says it
   // (a full disk first).
   base::Status OpenFailed(uint32_t i, const rocksdb::Status& s) const;

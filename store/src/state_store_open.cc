@@ -412,45 +412,30 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     if (wanted[i] && writer_holds(writer_held, i)) to_open.push_back(i);
   }
 
-  // Partitions open concurrently: an open is mostly waiting (creating a
-  // database syncs its MANIFEST, CURRENT, OPTIONS and directory; reopening
-  // one replays its WAL). What that saves: store/README.md.
+  // Partitions open concurrently (OpenDbs). What that saves:
+  // store/README.md.
   const size_t m = to_open.size();
-  std::vector<rocksdb::DB*> raws(m, nullptr);
-  std::vector<rocksdb::Status> opened(m);
-  std::vector<rocksdb::Options> used(m);
-  std::vector<std::string> currents(m);
-  std::atomic<size_t> next{0};
-  auto open_some = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < m;) {
-      opened[k] = rep->OpenDb(to_open[k], create_missing, &raws[k], &used[k], &currents[k]);
-    }
-  };
-  {
-    std::vector<std::thread> openers;
-    for (size_t t = 1; t < std::min<size_t>(m, kOpenThreads); t++) openers.emplace_back(open_some);
-    open_some();
-    for (auto& t : openers) t.join();
-  }
+  std::vector<Rep::Opened> opened = rep->OpenDbs(to_open, create_missing);
   Status failed;
   for (size_t k = 0; k < m && failed.ok(); k++) {
-    if (opened[k].ok()) continue;
+    if (opened[k].status.ok()) continue;
     // A writer may have closed (or dropped) it since HELD was read.
     if (writer_held.has_value()) {
       auto again = ReadHeldFile(dir, n);
       if (again.ok() && !writer_holds(*again, to_open[k])) continue;
     }
-    failed = rep->OpenFailed(to_open[k], opened[k]);
+    failed = rep->OpenFailed(to_open[k], opened[k].status);
   }
   // Each database is owned by its partition from here (Publish), so a
   // failure closes the ones published (Rep's destructor).
   for (size_t k = 0; k < m; k++) {
-    if (raws[k] == nullptr) continue;
+    if (opened[k].db == nullptr) continue;
     if (!failed.ok()) {
-      delete raws[k];
+      delete opened[k].db;
       continue;
     }
-    failed = rep->Publish(to_open[k], raws[k], std::move(used[k]), std::move(currents[k]));
+    failed = rep->Publish(to_open[k], opened[k].db, std::move(opened[k].options),
+                          std::move(opened[k].current));
   }
   if (!failed.ok()) return failed;
   // HELD before TALLY: a follower that sees TALLY knows what to open.
@@ -516,6 +501,24 @@ rocksdb::Status StateStore::Rep::OpenDb(uint32_t i, bool create_if_missing, rock
                                         fmt::format("{}.{}", r.secondary_base, r.generation), db);
   }
   return rocksdb::DB::Open(*o, r.path, db);
+}
+
+std::vector<StateStore::Rep::Opened> StateStore::Rep::OpenDbs(const std::vector<uint32_t>& ps,
+                                                              bool create_if_missing) {
+  const size_t m = ps.size();
+  std::vector<Opened> out(m);
+  std::atomic<size_t> next{0};
+  auto open_some = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < m;) {
+      out[k].status =
+          OpenDb(ps[k], create_if_missing, &out[k].db, &out[k].options, &out[k].current);
+    }
+  };
+  std::vector<std::thread> openers;
+  for (size_t t = 1; t < std::min<size_t>(m, kOpenThreads); t++) openers.emplace_back(open_some);
+  open_some();
+  for (auto& t : openers) t.join();
+  return out;
 }
 
 Status StateStore::Rep::OpenFailed(uint32_t i, const rocksdb::Status& s) const {

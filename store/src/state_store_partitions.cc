@@ -215,40 +215,24 @@ Status StateStore::OpenPartitions(const std::vector<uint32_t>& ps) {
           fmt::format("cannot open partitions of {}: {}", dir(), full.message()));
     }
   }
-  // As StateStore::Open: the databases open on up to 8 threads, then each
-  // is published by its partition (under its lock) on this one.
-  constexpr size_t kThreads = 8;
-  const size_t m = to_open.size();
-  std::vector<rocksdb::DB*> raws(m, nullptr);
-  std::vector<rocksdb::Status> opened(m);
-  std::vector<rocksdb::Options> used(m);
-  std::vector<std::string> currents(m);
-  std::atomic<size_t> next{0};
-  auto open_some = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < m;) {
-      opened[k] =
-          rep_->OpenDb(to_open[k], /*create_if_missing=*/true, &raws[k], &used[k], &currents[k]);
-    }
-  };
-  {
-    std::vector<std::thread> openers;
-    for (size_t t = 1; t < std::min(m, kThreads); t++) openers.emplace_back(open_some);
-    open_some();
-    for (auto& t : openers) t.join();
-  }
+  // As StateStore::Open: the databases open concurrently, then each is
+  // published by its partition (under its lock) on this thread.
+  std::vector<Rep::Opened> opened = rep_->OpenDbs(to_open, /*create_if_missing=*/true);
   Status failed;
-  for (size_t k = 0; k < m; k++) {
-    if (!opened[k].ok()) {
-      if (failed.ok()) failed = rep_->OpenFailed(to_open[k], opened[k]);
+  for (size_t k = 0; k < to_open.size(); k++) {
+    if (!opened[k].status.ok()) {
+      if (failed.ok()) failed = rep_->OpenFailed(to_open[k], opened[k].status);
       continue;
     }
     Partition::Rep& r = *rep_->partitions[to_open[k]]->rep_;
     std::lock_guard<std::mutex> partition(r.control_mu);
-    Status st = rep_->Publish(to_open[k], raws[k], std::move(used[k]), std::move(currents[k]));
+    Status st = rep_->Publish(to_open[k], opened[k].db, std::move(opened[k].options),
+                              std::move(opened[k].current));
     if (!st.ok() && failed.ok()) failed = st;
   }
   rep_->RecordHeld();
-  TALLY_LOG_INFO("store", "partitions {}..{} ({}): opened", to_open.front(), to_open.back(), m);
+  TALLY_LOG_INFO("store", "partitions {}..{} ({}): opened", to_open.front(), to_open.back(),
+                 to_open.size());
   return failed;
 }
 

@@ -33,6 +33,12 @@ def member(h, brokers, name, port):
     return h.spawn("tally up " + name, argv, name + ".log"), tallyctl.Http("127.0.0.1:%d" % port)
 
 
+def stop_cleanly(h, procs):
+    for p in procs:
+        rc, clean = p.stop(grace=30)
+        h.check(clean and rc == 0, "%s on SIGTERM: exit %s%s" % (p.name, rc, "" if clean else " (SIGKILL)"))
+
+
 def settled(client, members):
     """True when /v1/cluster shows `members` members, each owning some
     partition, none restoring."""
@@ -84,9 +90,7 @@ def main():
             checks.check_counts(h, client, w.model)
         h.checkpoint("after a second member joined (%d records)" % published)
 
-        for p in (b, a):
-            rc, clean = p.stop(grace=30)
-            h.check(clean and rc == 0, "%s on SIGTERM: exit %s%s" % (p.name, rc, "" if clean else " (SIGKILL)"))
+        stop_cleanly(h, (b, a))
 
         # Another cluster (--group solo) on the same topics, whose router
         # group already has a member with no directory record (`tally
@@ -110,9 +114,7 @@ def main():
         tallyctl.wait_lag_zero(cc, timeout=120, proc=c, min_input_end=published)
         checks.check_counts(h, cc, w.model)
         h.checkpoint("a lone member beside a router already in its group (%d records)" % published)
-        for p in (c, router):
-            rc, clean = p.stop(grace=30)
-            h.check(clean and rc == 0, "%s on SIGTERM: exit %s%s" % (p.name, rc, "" if clean else " (SIGKILL)"))
+        stop_cleanly(h, (c, router))
         h.finish_checks("e2e_lone_member")
 
 
