@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/kafka_consumer.h"
 #include "base/log.h"
@@ -64,6 +65,7 @@ struct DeltasOwnership::Rep {
   // Polling thread only.
   std::string protocol = "NONE";  // the group's rebalance protocol, as last asked
   bool closing = false;           // inside Close()
+  bool assigned_once = false;     // the group has delivered an assignment (possibly empty)
 
   // Written on the polling thread only (which reads them without the lock);
   // the lock is for readers on other threads.
@@ -108,6 +110,7 @@ void DeltasOwnership::Rep::Rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
 
 void DeltasOwnership::Rep::Assign(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts,
                                   bool cooperative) {
+  assigned_once = true;
   // Every partition in `parts` is new to this member: the cooperative
   // protocol hands over only additions, the eager one revoked everything
   // before.
@@ -236,13 +239,36 @@ base::KafkaMessage DeltasOwnership::Poll(int timeout_ms) {
   return m;
 }
 
+namespace {
+
+// librdkafka 2.0.2 asserts (and aborts the process) when it destroys a
+// cooperative-sticky consumer that has not been given an assignment yet:
+// the assignor's state is made at the first assignment and its destroy
+// does not check for none (librdkafka issue 4312, fixed in 2.3.0). A
+// member stopped within the first seconds of its join would crash. Such a
+// consumer, closed (it has left the group), is kept here until the
+// process exits instead: its threads idle, and it stays reachable so that
+// leak checkers do not report it.
+void KeepUntilExit(base::KafkaHandle consumer) {
+  static std::mutex mu;
+  static std::vector<rd_kafka_t*>* kept = new std::vector<rd_kafka_t*>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(consumer.release());
+}
+
+}  // namespace
+
 base::Status DeltasOwnership::Close() {
   if (!rep_->consumer) return base::Status::Ok();
   // Serves the revocation (the listener's Revoked) and sends LeaveGroup.
   rep_->closing = true;
   base::Status st =
       base::KafkaStatus(rd_kafka_consumer_close(rep_->consumer.get()), "leaving the group");
-  rep_->consumer.reset();
+  if (rep_->assigned_once) {
+    rep_->consumer.reset();
+  } else {
+    KeepUntilExit(std::move(rep_->consumer));
+  }
   std::lock_guard<std::mutex> lock(rep_->mu);
   rep_->owned.clear();
   rep_->identity.generation = -1;
@@ -252,6 +278,11 @@ base::Status DeltasOwnership::Close() {
 
 void DeltasOwnership::Abandon() {
   if (!rep_->consumer) return;
+  if (!rep_->assigned_once) {
+    // Not destroyable yet (KeepUntilExit): it leaves the group cleanly instead.
+    (void)Close();
+    return;
+  }
   rd_kafka_destroy_flags(rep_->consumer.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   std::lock_guard<std::mutex> lock(rep_->mu);
   rep_->owned.clear();

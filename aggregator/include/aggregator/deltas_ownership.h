@@ -152,12 +152,15 @@ class DeltasOwnership {
   // Leaves the group: Revoked() for everything owned, then LeaveGroup, so
   // the partitions move to the other members at once (without waiting for
   // the session timeout; a static member sends no LeaveGroup and its
-  // partitions wait for it). Destroys the consumer. A second call is a no-op.
+  // partitions wait for it). Destroys the consumer; one the group never
+  // gave an assignment is kept, closed, until the process exits (librdkafka
+  // 2.0.2 aborts destroying it). A second call is a no-op.
   base::Status Close();
 
   // Destroys the consumer without leaving the group, as a crash would: the
   // partitions move after session.timeout.ms. No listener call. For a stop
-  // that gave up on the coordinator, and for tests.
+  // that gave up on the coordinator, and for tests. Before the group's first
+  // assignment it is Close() instead (see Close()).
   void Abandon();
 
   // The partitions owned now, in order.
