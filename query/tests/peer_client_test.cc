@@ -438,9 +438,16 @@ TEST_F(PeerClientTest, TheServersIdleTimeoutIsTransparent) {
   std::string peer = StartServer(so);
   auto client = NewClient();
   ASSERT_TRUE(client->Get(peer, "/v1/posts/7/counts", {}, PeerClient::In(5000)).ok());
+  // The counters move one after the other on the client's thread: wait
+  // for both (the connection counted closed, and gone from the pool).
   ASSERT_TRUE(::tally::testing::WaitFor(
-      [&] { return client->stats().retries + client->stats().stale_closed == 1; }, 10000));
-  EXPECT_EQ(client->stats().open_connections, 0u);
+      [&] {
+        auto st = client->stats();
+        return st.retries + st.stale_closed == 1 && st.open_connections == 0;
+      },
+      10000))
+      << "retries " << client->stats().retries << ", stale closed " << client->stats().stale_closed
+      << ", open " << client->stats().open_connections;
   PeerResponse r = client->Get(peer, "/v1/posts/7/counts", {}, PeerClient::In(5000));
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(r.body, kPost7);
