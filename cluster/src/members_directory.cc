@@ -92,11 +92,11 @@ base::Result<std::unique_ptr<MembersDirectory>> MembersDirectory::Start(
   // the latest records.
   cs.offset_reset_is_error = false;
   cs.extra["auto.offset.reset"] = "earliest";
-  // A fetch that finds nothing new comes back within 100 ms (the embedded
-  // broker holds it that long even when a record arrives meanwhile): a
-  // change is read within ~100 ms, at 10 empty fetches a second when
-  // nothing changes rather than 100.
-  cs.extra["fetch.wait.max.ms"] = "100";
+  // Short: a `tally serve` learns from the directory what its `tally
+  // aggregate` holds, and a partition the aggregate gives up is dropped
+  // right after its record says so; a 100 ms wait left the serve reading
+  // it for that long after it was gone (503 partition_moving).
+  cs.short_fetch_wait = true;
   auto consumer = base::MakeConsumer(o.kafka, cs);
   if (!consumer.ok()) return consumer.status().WithContext("members directory");
   d->consumer_ = std::move(consumer).value();
