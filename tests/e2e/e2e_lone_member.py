@@ -106,6 +106,13 @@ def main():
         c = h.spawn("tally up c", [h.tally, "up", "--brokers", brokers, "--group", "solo", "--state-dir",
                                    h.path("c"), "--http", "127.0.0.1:%d" % port, "--partitions", "4"], "c.log")
         cc = tallyctl.Http("127.0.0.1:%d" % port)
+        # Published once the lone member reads the topic, so that it routes
+        # them too (and commits, which the group refuses): published before,
+        # the router in the group may have routed and committed them all
+        # by then, leaving the lone member nothing to route or commit.
+        tallyctl.wait_until("the lone member to route standalone",
+                            lambda: tallyctl.log_lines(h.path("c.log"), "from the offsets committed to group solo"),
+                            60, proc=c)
         last = w.stream(1000)
         tallyctl.publish(h.kcat, brokers, [(r.key, r.value) for r in last])
         published += len(last)
