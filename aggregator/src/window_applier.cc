@@ -272,16 +272,20 @@ void WindowApplier::Seal() {
   likes_.SortByKey();
   follows_.SortByKey();
   event_ids_.SortByKey();
-  for (const auto& [id, ops] : post_ops_) batch_.MergePostCounters(id, ops.data());
   if (hot_posts_ != nullptr && post_ops_.size() > 0) {
+    // One pass: each post's ops go to the batch and its increments to the
+    // hottest-posts sketch.
     auto hot = hot_posts_->Lock(base::SteadyMs());
     for (const auto& [id, ops] : post_ops_) {
+      batch_.MergePostCounters(id, ops.data());
       uint64_t increments = 0;
       for (const store::CounterOp& op : ops) {
         if (op.add > 0) increments += static_cast<uint64_t>(op.add);
       }
       hot.Add(id, increments);
     }
+  } else {
+    for (const auto& [id, ops] : post_ops_) batch_.MergePostCounters(id, ops.data());
   }
   for (const auto& [id, ops] : user_ops_) batch_.MergeUserCounters(id, ops.data());
   for (const auto& [id, ops] : unread_ops_) batch_.MergeUnreadCounters(id, ops.data());
