@@ -6,7 +6,7 @@ producers stop.
 
 `tally up` with its embedded broker (16 partitions, as `scripts/run`) takes
 `tally produce --gen --rate R` at a low rate (200 events/s) and then at a
-high one (50,000 events/s; `--high-rate`, lower under the sanitizers). In
+high one (50,000 events/s; `--high-rate`; the suite runs it in the normal build only). In
 each phase one thread samples `lag` every 25 ms while another publishes
 probes (a like on a post of its own, through POST /v1/events) and polls
 GET /v1/posts/{id}/counts until each shows, which gives the freshness F.
