@@ -3,12 +3,14 @@
 // become one. The handlers in query_service.cc call these; without a
 // ClusterRouting every partition is here and none of this asks anyone.
 //
-// Every call to another member blocks its thread (PeerClient::Get/GetAll):
-// the handlers are synchronous (Handle() returns the Response), so a
-// request that may ask a peer runs on the transport's blocking pool
-// (QueryService::MayBlock), never on an I/O thread. GetAllAsync would save
-// that hand-over, but only with a Handle() that answers through a
-// continuation; a local read in a cluster pays one thread hop instead.
+// A read that goes whole to another member is asked without holding a
+// thread (ForwardAsync, PeerClient::GetAllAsync): the transport's I/O
+// thread hands it to the peer client's, whose callback answers. Every
+// other call to another member blocks its thread (PeerClient::Get/GetAll):
+// those handlers are synchronous (Handle() returns the Response), so a
+// request that may ask a peer that way runs on the transport's blocking
+// pool (QueryService::MayBlock), never on an I/O thread; so does one whose
+// owner did not answer ForwardAsync (it then goes to a standby, or 503).
 // A forwarded request waits only on leaf reads (a peer's user counts, which
 // that peer answers on its I/O thread without asking anyone), so members
 // never wait on each other in a cycle.
@@ -22,6 +24,7 @@
 
 #include "base/clock.h"
 #include "cluster_watermarks.h"
+#include "http_metrics.h"
 #include "query/cluster_routing.h"
 #include "query/peer_client.h"
 #include "query/query_service.h"
@@ -29,6 +32,7 @@
 #include "renderers.h"
 #include "request_target.h"
 #include "responses.h"
+#include "routes.h"
 #include "schemas/delta.h"
 #include "schemas/json_escape.h"
 #include "store/state_store.h"
@@ -164,6 +168,47 @@ std::optional<Response> QueryService::RouteElsewhere(const Request& request, uin
     return PartitionMoving(p, fmt::format("{} did not answer: {}", home.member, answer.error));
   }
   return PassThrough(answer, home.member);
+}
+
+bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
+  if (options_.cluster == nullptr || peers_ == nullptr || !request.forwarded.empty() ||
+      request.method != "GET" || request.body_too_large) {
+    return false;
+  }
+  Match m = internal::MatchRoute(request.target);
+  // A batch spans members: FillFromPeers asks each its share.
+  if (m.route == nullptr || !m.route->may_forward || m.route->needs_auth ||
+      m.route->method != "GET" || m.route->name == "post_counts_batch" || m.params == 0) {
+    return false;
+  }
+  for (int i = 0; i < m.params; i++) {
+    if (m.param_name[i].ends_with("_id") && !ParseId(m.param[i], &m.id[i])) return false;
+  }
+  if (m.route->needs_ready && options_.ready && !options_.ready()) return false;
+  const uint32_t p = schemas::PartitionOf(m.id[0], options_.store->partitions());
+  PartitionHome home = options_.cluster->Home(p);
+  if (home.where != PartitionHome::Where::kPeer) return false;
+  const int64_t start = internal::NowNs();
+  const int slot = internal::RouteSlot(m.route);
+  std::vector<PeerRequest> one;
+  one.push_back(PeerRequest{std::move(home.http), std::string(request.target), {}});
+  peers_->GetAllAsync(std::move(one), PeerClient::In(options_.peer_timeout_ms),
+                      [this, slot, start, member = std::move(home.member),
+                       done = std::move(done)](std::vector<PeerResponse> answers) {
+                        if (answers.empty() || !answers[0].ok()) {
+                          options_.cluster->Unreachable(member);
+                          done(std::nullopt);
+                          return;
+                        }
+                        Response r = PassThrough(answers[0], member);
+                        try {
+                          Record(slot, r.status, start);
+                        } catch (...) {
+                          // As in Handle(): a lost sample, not a failed request.
+                        }
+                        done(std::move(r));
+                      });
+  return true;
 }
 
 std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> ids,

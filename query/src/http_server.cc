@@ -11,6 +11,7 @@
 #include <chrono>
 #include <exception>
 #include <future>
+#include <optional>
 #include <restinio/all.hpp>
 #include <string_view>
 #include <thread>
@@ -93,6 +94,9 @@ struct HttpServer::Impl {
   // abandoned). Declared before the io_context: write notifications can
   // still run while it is destroyed.
   std::atomic<int64_t> in_flight{0};
+  // Of those, reads handed to the peer client (ForwardAsync) whose
+  // callback has not yet run: it may still post to the blocking pool.
+  std::atomic<int64_t> forwards{0};
   std::atomic<bool> stopping{false};
   std::atomic<uint16_t> port{0};
 
@@ -115,6 +119,8 @@ struct HttpServer::Impl {
   restinio::request_handling_status_t OnRequest(restinio::request_handle_t req,
                                                 IoContext* io) noexcept;
   void Process(const restinio::request_handle_t& req) noexcept;
+  // Answers `req` with QueryService::Handle() on the blocking pool.
+  void ProcessBlocking(const restinio::request_handle_t& req) noexcept;
   void Answer(const restinio::request_handle_t& req, Response response, bool close) noexcept;
   void StopNow();
 };
@@ -219,21 +225,34 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     }
     Request request{method, target, req->body(), false, Authorization(header), Forwarded(header)};
     request.if_none_match = IfNoneMatch(header);
+    // A read another member answers whole: handed to the peer client's
+    // thread, whose callback answers (RESTinio lets any thread finish the
+    // answer); if that member does not answer, the blocking path below
+    // goes around it.
+    forwards.fetch_add(1, std::memory_order_acq_rel);
+    if (service->ForwardAsync(request, [this, req](std::optional<Response> answer) noexcept {
+          if (answer) {
+            Answer(req, std::move(*answer), false);
+          } else {
+            try {
+              boost::asio::post(*blocking_pool, [this, req]() noexcept { ProcessBlocking(req); });
+            } catch (...) {
+              Answer(
+                  req,
+                  Response{500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}},
+                  /*close=*/true);
+            }
+          }
+          forwards.fetch_sub(1, std::memory_order_acq_rel);
+        })) {
+      return;
+    }
+    forwards.fetch_sub(1, std::memory_order_acq_rel);
     if (service->MayBlock(request)) {
       // Off the I/O threads: a publish waits for the broker's acks, a read
       // in a cluster may wait for another member. RESTinio lets any thread
       // finish the answer.
-      boost::asio::post(*blocking_pool, [this, req]() noexcept {
-        const auto& h = req->header();
-        Request request{h.method().c_str(), h.request_target(), req->body(), false,
-                        Authorization(h),   Forwarded(h)};
-        request.if_none_match = IfNoneMatch(h);
-        if (request.body.size() > options.max_body_bytes) {
-          request.body = {};
-          request.body_too_large = true;
-        }
-        Answer(req, service->Handle(request), false);
-      });
+      boost::asio::post(*blocking_pool, [this, req]() noexcept { ProcessBlocking(req); });
       return;
     }
     if (request.body.size() > options.max_body_bytes) {
@@ -251,6 +270,23 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     } catch (...) {
       in_flight.fetch_sub(1, std::memory_order_acq_rel);
     }
+  }
+}
+
+void HttpServer::Impl::ProcessBlocking(const restinio::request_handle_t& req) noexcept {
+  try {
+    const auto& h = req->header();
+    Request request{h.method().c_str(), h.request_target(), req->body(), false,
+                    Authorization(h),   Forwarded(h)};
+    request.if_none_match = IfNoneMatch(h);
+    if (request.body.size() > options.max_body_bytes) {
+      request.body = {};
+      request.body_too_large = true;
+    }
+    Answer(req, service->Handle(request), false);
+  } catch (...) {
+    Answer(req, Response{500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}},
+           /*close=*/true);
   }
 }
 
@@ -287,8 +323,14 @@ void HttpServer::Impl::StopNow() {
     if (options.abort_waits) options.abort_waits();
   }
 
-  // 3. Publishing jobs finish (bounded by the publisher's delivery timeout)
-  //    while the io_context still exists for their answers to be posted to.
+  // 3. Reads handed to the peer client end by their deadline (the client
+  //    calls back exactly once, answered or not), and may still hand one to
+  //    the blocking pool. Then publishing jobs finish (bounded by the
+  //    publisher's delivery timeout) while the io_context still exists for
+  //    their answers to be posted to.
+  while (forwards.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   blocking_pool->join();
   // 4. Drop every connection and join the I/O threads.
   for (Shard& shard : shards) shard.io->stop();

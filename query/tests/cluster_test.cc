@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -503,6 +504,58 @@ TEST_F(ClusterTest, OnlyReadsThatMayAskAPeerLeaveTheIoThreads) {
   EXPECT_EQ(r.status, 503);
   EXPECT_NE(r.body.find("partition_moving"), std::string::npos) << r.body;
   EXPECT_EQ(r.retry_after_s, 1);
+}
+
+// A read that goes whole to its owner is asked without a thread of the
+// blocking pool: the peer client's callback has the owner's answer; what
+// is served here, a batch, a forwarded request and a bad id are not taken.
+TEST_F(ClusterTest, AReadOfAnotherMembersPartitionIsForwardedWithoutBlocking) {
+  QueryService& a = *members_[0].service;
+  const uint64_t here = IdsIn(global_, 1, 1)[0];
+  const uint64_t there = IdsIn(b_part_, 1, 1)[0];
+  std::deque<std::string> targets;
+  auto get = [&targets](std::string target, std::string_view forwarded = {}) {
+    targets.push_back(std::move(target));
+    return Request{"GET", targets.back(), {}, false, {}, forwarded};
+  };
+  auto never = [](std::optional<Response>) { ADD_FAILURE() << "called back"; };
+  EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/{}/counts", here)), never));
+  EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/counts?ids={}", there)), never));
+  EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/{}/counts", there), "b"), never));
+  EXPECT_FALSE(a.ForwardAsync(get("/v1/posts/x/counts"), never));
+  EXPECT_FALSE(a.ForwardAsync(get("/v1/cluster"), never));
+
+  for (const std::string& target :
+       {fmt::format("/v1/posts/{}/counts", there), fmt::format("/v1/users/{}/unread", reader_),
+        fmt::format("/v1/posts/{}/likes/{}", there, kReader)}) {
+    std::promise<std::optional<Response>> answered;
+    ASSERT_TRUE(a.ForwardAsync(get(target), [&answered](std::optional<Response> r) {
+      answered.set_value(std::move(r));
+    })) << target;
+    auto future = answered.get_future();
+    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready) << target;
+    std::optional<Response> r = future.get();
+    ASSERT_TRUE(r.has_value()) << target;
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body, Reference(target).second) << target;
+    // The owner answers (an unread names every member whose counts it used).
+    EXPECT_EQ(r->member.substr(0, 1), "b") << target;
+  }
+
+  // An owner that does not answer: no answer, and it is marked unreachable
+  // (the transport then answers the request with Handle(), which goes
+  // around it).
+  SilentPeer z;
+  members_[0].routing->Set(b_part_, "z");
+  members_[0].routing->SetUrl("z", z.url());
+  std::promise<std::optional<Response>> answered;
+  ASSERT_TRUE(
+      a.ForwardAsync(get(fmt::format("/v1/posts/{}/counts", there)),
+                     [&answered](std::optional<Response> r) { answered.set_value(std::move(r)); }));
+  auto future = answered.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(future.get().has_value());
+  EXPECT_EQ(members_[0].routing->Unreachables(), (std::vector<std::string>{"z"}));
 }
 
 TEST(SingleProcessClusterTest, BatchesAndUnreadsStayOnTheIoThreadWhileEveryPartitionIsHere) {

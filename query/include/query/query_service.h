@@ -203,6 +203,21 @@ class QueryService {
   // concurrent use.
   bool MayBlock(const Request& request) const;
 
+  // A read that goes whole to another member (a GET of one entity, or of
+  // a user's unread or snapshot, whose partition another member serves
+  // now), asked of it without holding a thread for the round trip
+  // (PeerClient::GetAllAsync). Returns false when `request` is not such a
+  // read, or not yet one that passes Dispatch()'s checks (method, ids,
+  // readiness): the caller answers it with Handle(). Otherwise returns
+  // true, and `done` gets the answer exactly once, on the peer client's
+  // I/O thread (or on this one, before the return, when the client is
+  // stopped): the owner's answer, or std::nullopt when the owner did not
+  // answer (it is then marked unreachable, and the caller answers the
+  // request with Handle() off its I/O thread, which goes around it). Safe
+  // for concurrent use.
+  using ForwardDone = std::function<void(std::optional<Response>)>;
+  bool ForwardAsync(const Request& request, ForwardDone done);
+
  private:
   // The route table (src/routes.cc) names the handlers below.
   friend struct internal::RouteTable;
