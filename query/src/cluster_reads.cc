@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -170,21 +171,29 @@ std::optional<Response> QueryService::RouteElsewhere(const Request& request, uin
   return PassThrough(answer, home.member);
 }
 
+struct QueryService::PeerBatchPart {
+  PartitionHome home;
+  uint32_t partition = 0;  // one of the member's partitions, for messages
+  std::vector<size_t> positions;
+};
+
 bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
   if (options_.cluster == nullptr || peers_ == nullptr || !request.forwarded.empty() ||
       request.method != "GET" || request.body_too_large) {
     return false;
   }
   Match m = internal::MatchRoute(request.target);
-  // A batch spans members: FillFromPeers asks each its share.
   if (m.route == nullptr || !m.route->may_forward || m.route->needs_auth ||
-      m.route->method != "GET" || m.route->name == "post_counts_batch" || m.params == 0) {
+      m.route->method != "GET") {
     return false;
   }
+  if (m.route->needs_ready && options_.ready && !options_.ready()) return false;
+  // A batch spans members: each is asked its share.
+  if (m.route->name == "post_counts_batch") return BatchAsync(request, m, std::move(done));
+  if (m.params == 0) return false;
   for (int i = 0; i < m.params; i++) {
     if (m.param_name[i].ends_with("_id") && !ParseId(m.param[i], &m.id[i])) return false;
   }
-  if (m.route->needs_ready && options_.ready && !options_.ready()) return false;
   const uint32_t p = schemas::PartitionOf(m.id[0], options_.store->partitions());
   PartitionHome home = options_.cluster->Home(p);
   if (home.where != PartitionHome::Where::kPeer) return false;
@@ -211,17 +220,93 @@ bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
   return true;
 }
 
-std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> ids,
-                                                    const std::vector<size_t>& positions,
-                                                    std::vector<store::PostCounts>* counts,
-                                                    std::vector<std::string>* answered_by) {
-  // One request per peer, every peer at once.
-  struct Part {
-    PartitionHome home;
-    uint32_t partition = 0;  // one of the peer's partitions, for messages
-    std::vector<size_t> positions;
+bool QueryService::BatchAsync(const Request& request, const Match& m, ForwardDone done) {
+  std::vector<uint64_t> ids;
+  if (ParseBatchIds(m.query, &ids)) return false;  // a 400: Handle() answers it
+  const uint32_t n = options_.store->partitions();
+  std::vector<uint64_t> local_ids;
+  std::vector<size_t> local_positions, remote_positions;
+  for (size_t i = 0; i < ids.size(); i++) {
+    switch (options_.cluster->Home(schemas::PartitionOf(ids[i], n)).where) {
+      case PartitionHome::Where::kHere:
+        local_ids.push_back(ids[i]);
+        local_positions.push_back(i);
+        break;
+      case PartitionHome::Where::kPeer:
+        remote_positions.push_back(i);
+        break;
+      case PartitionHome::Where::kNowhere:
+        return false;  // Handle() answers 503 partition_moving
+    }
+  }
+  const int64_t start = internal::NowNs();
+  const int slot = internal::RouteSlot(m.route);
+  auto record = [this, slot, start](const Response& r) {
+    try {
+      Record(slot, r.status, start);
+    } catch (...) {
+      // As in Handle(): a lost sample, not a failed request.
+    }
   };
-  std::vector<Part> parts;
+  if (remote_positions.empty()) {
+    // Every id is served here (a client that asks the owner): answered
+    // now, on this thread, without a hand-over to the blocking pool.
+    std::vector<store::PostCounts> counts;
+    store::MissingPartitions missing;
+    base::Status st = options_.store->GetPostCounts(ids, &counts, &missing);
+    if (!st.ok() || !missing.empty()) return false;  // Handle() says why
+    Response r = Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
+    record(r);
+    done(std::move(r));
+    return true;
+  }
+  auto parts = std::make_shared<std::vector<PeerBatchPart>>();
+  if (PlanPeerBatch(ids, remote_positions, parts.get())) return false;
+  auto counts = std::make_shared<std::vector<store::PostCounts>>(ids.size());
+  if (!local_ids.empty()) {
+    // Read now, on this thread, as ClusterPostCounts does before it asks.
+    std::vector<store::PostCounts> local;
+    store::MissingPartitions missing;
+    base::Status st = options_.store->GetPostCounts(local_ids, &local, &missing);
+    if (!st.ok() || !missing.empty()) return false;  // Handle() says why
+    for (size_t k = 0; k < local_positions.size(); k++) (*counts)[local_positions[k]] = local[k];
+  }
+  std::vector<PeerRequest> requests = PeerBatchRequests(ids, *parts);
+  peers_->GetAllAsync(
+      std::move(requests), PeerClient::In(options_.peer_timeout_ms),
+      [this, ids = std::move(ids), parts, counts, local_positions = std::move(local_positions),
+       record, done = std::move(done)](std::vector<PeerResponse> answers) {
+        for (size_t k = 0; k < parts->size(); k++) {
+          if (k >= answers.size() || !answers[k].ok()) {
+            options_.cluster->Unreachable((*parts)[k].home.member);
+            done(std::nullopt);
+            return;
+          }
+        }
+        std::vector<std::string> answered_by(ids.size());
+        std::optional<Response> failed =
+            MergePeerBatch(ids, *parts, answers, counts.get(), &answered_by);
+        Response r;
+        if (failed) {
+          r = std::move(*failed);
+        } else {
+          // X-Tally-Member: every member that answered, in the order of the ids.
+          const std::string self = SelfId();
+          for (size_t pos : local_positions) answered_by[pos] = self;
+          std::vector<std::string> members;
+          for (const std::string& who : answered_by) internal::AddMembers(who, &members);
+          r = JsonResponse(200, internal::RenderPostCountsBatch(*counts));
+          r.member = fmt::format("{}", fmt::join(members, ","));
+        }
+        record(r);
+        done(std::move(r));
+      });
+  return true;
+}
+
+std::optional<Response> QueryService::PlanPeerBatch(std::span<const uint64_t> ids,
+                                                    const std::vector<size_t>& positions,
+                                                    std::vector<PeerBatchPart>* parts) {
   const uint32_t n = options_.store->partitions();
   for (size_t pos : positions) {
     const uint32_t p = schemas::PartitionOf(ids[pos], n);
@@ -232,15 +317,21 @@ std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> id
     if (home.where == PartitionHome::Where::kHere) {
       return PartitionMoving(p, "it moved while being read here");
     }
-    auto it = std::find_if(parts.begin(), parts.end(),
-                           [&](const Part& x) { return x.home.member == home.member; });
-    if (it == parts.end()) it = parts.insert(parts.end(), Part{std::move(home), p, {}});
+    auto it = std::find_if(parts->begin(), parts->end(),
+                           [&](const PeerBatchPart& x) { return x.home.member == home.member; });
+    if (it == parts->end()) it = parts->insert(parts->end(), PeerBatchPart{std::move(home), p, {}});
     it->positions.push_back(pos);
   }
-  if (parts.empty()) return std::nullopt;
-  if (peers_ == nullptr) return PartitionMoving(parts[0].partition, peers_error_.message());
+  if (!parts->empty() && peers_ == nullptr) {
+    return PartitionMoving((*parts)[0].partition, peers_error_.message());
+  }
+  return std::nullopt;
+}
+
+std::vector<PeerRequest> QueryService::PeerBatchRequests(std::span<const uint64_t> ids,
+                                                         const std::vector<PeerBatchPart>& parts) {
   std::vector<PeerRequest> requests;
-  for (const Part& part : parts) {
+  for (const PeerBatchPart& part : parts) {
     std::string target = "/v1/posts/counts?ids=";
     for (size_t i = 0; i < part.positions.size(); i++) {
       if (i > 0) target.push_back(',');
@@ -248,10 +339,16 @@ std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> id
     }
     requests.push_back(PeerRequest{part.home.http, std::move(target), {}});
   }
-  std::vector<PeerResponse> answers =
-      peers_->GetAll(std::move(requests), PeerClient::In(options_.peer_timeout_ms));
+  return requests;
+}
+
+std::optional<Response> QueryService::MergePeerBatch(std::span<const uint64_t> ids,
+                                                     const std::vector<PeerBatchPart>& parts,
+                                                     const std::vector<PeerResponse>& answers,
+                                                     std::vector<store::PostCounts>* counts,
+                                                     std::vector<std::string>* answered_by) {
   for (size_t k = 0; k < parts.size(); k++) {
-    const Part& part = parts[k];
+    const PeerBatchPart& part = parts[k];
     const PeerResponse& a = answers[k];
     if (!a.ok()) {
       PeerDidNotAnswer(part.home.member);
@@ -283,6 +380,19 @@ std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> id
     }
   }
   return std::nullopt;
+}
+
+std::optional<Response> QueryService::FillFromPeers(std::span<const uint64_t> ids,
+                                                    const std::vector<size_t>& positions,
+                                                    std::vector<store::PostCounts>* counts,
+                                                    std::vector<std::string>* answered_by) {
+  // One request per peer, every peer at once.
+  std::vector<PeerBatchPart> parts;
+  if (auto failed = PlanPeerBatch(ids, positions, &parts)) return failed;
+  if (parts.empty()) return std::nullopt;
+  std::vector<PeerResponse> answers =
+      peers_->GetAll(PeerBatchRequests(ids, parts), PeerClient::In(options_.peer_timeout_ms));
+  return MergePeerBatch(ids, parts, answers, counts, answered_by);
 }
 
 std::optional<Response> QueryService::UserPostsFromPeers(const std::vector<uint64_t>& users,

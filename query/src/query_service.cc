@@ -381,34 +381,38 @@ Response QueryService::HandleFeedSnapshot(const Request& request, const Match& m
   return Local(JsonResponse(200, internal::RenderFeedSnapshot(m.id[0], *snap)));
 }
 
-Response QueryService::HandlePostCountsBatch(const Request& request, const Match& m) {
+std::optional<Response> QueryService::ParseBatchIds(std::string_view query,
+                                                    std::vector<uint64_t>* ids) {
   bool found = false;
   std::string value;
-  base::Status st = FindQueryParam(m.query, "ids", &found, &value);
+  base::Status st = FindQueryParam(query, "ids", &found, &value);
   if (!st.ok()) return ErrorResponse(st);
   if (!found) return ErrorResponse(base::Status::InvalidArgument("missing parameter ids"));
   if (value.empty()) return ErrorResponse(base::Status::InvalidArgument("parameter ids is empty"));
-
-  std::vector<uint64_t> ids;
-  ids.reserve(16);
+  ids->reserve(16);
   std::string_view rest = value;
   while (true) {
     size_t comma = rest.find(',');
     std::string_view item = rest.substr(0, comma);
-    if (ids.size() == kMaxBatchIds) {
+    if (ids->size() == kMaxBatchIds) {
       return ErrorResponse(base::Status::InvalidArgument(
           fmt::format("parameter ids has more than {} ids", kMaxBatchIds)));
     }
     uint64_t id = 0;
     if (!ParseId(item, &id)) return BadId("post_id", item);
-    ids.push_back(id);
+    ids->push_back(id);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
+  return std::nullopt;
+}
 
+Response QueryService::HandlePostCountsBatch(const Request& request, const Match& m) {
+  std::vector<uint64_t> ids;
+  if (auto bad = ParseBatchIds(m.query, &ids)) return std::move(*bad);
   std::vector<store::PostCounts> counts;
   if (options_.cluster == nullptr) {
-    st = options_.store->GetPostCounts(ids, &counts);
+    base::Status st = options_.store->GetPostCounts(ids, &counts);
     if (!st.ok()) return ReadFailed(st, fmt::format("{} posts", ids.size()));
     return Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
   }

@@ -29,6 +29,7 @@
 #include "query/http_server.h"
 #include "query/peer_client.h"
 #include "query/query_service.h"
+#include "responses.h"
 #include "schemas/delta.h"
 #include "schemas/event.h"
 #include "store/state_store.h"
@@ -520,7 +521,17 @@ TEST_F(ClusterTest, AReadOfAnotherMembersPartitionIsForwardedWithoutBlocking) {
   };
   auto never = [](std::optional<Response>) { ADD_FAILURE() << "called back"; };
   EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/{}/counts", here)), never));
-  EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/counts?ids={}", there)), never));
+  EXPECT_FALSE(a.ForwardAsync(get("/v1/posts/counts?ids=1,x"), never));
+  {
+    // A batch of ids all served here: answered at once, on this thread.
+    const std::string target = fmt::format("/v1/posts/counts?ids={},{}", here, here);
+    std::optional<Response> r;
+    EXPECT_TRUE(a.ForwardAsync(get(target), [&r](std::optional<Response> x) { r = std::move(x); }));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body, Reference(target).second);
+    EXPECT_EQ(r->member, "a");
+  }
   EXPECT_FALSE(a.ForwardAsync(get(fmt::format("/v1/posts/{}/counts", there), "b"), never));
   EXPECT_FALSE(a.ForwardAsync(get("/v1/posts/x/counts"), never));
   EXPECT_FALSE(a.ForwardAsync(get("/v1/cluster"), never));
@@ -540,6 +551,27 @@ TEST_F(ClusterTest, AReadOfAnotherMembersPartitionIsForwardedWithoutBlocking) {
     EXPECT_EQ(r->body, Reference(target).second) << target;
     // The owner answers (an unread names every member whose counts it used).
     EXPECT_EQ(r->member.substr(0, 1), "b") << target;
+  }
+
+  // A batch over every member: the ids here read at once, the others asked
+  // of "b" and "c" in parallel, merged in the order asked.
+  {
+    std::string ids;
+    for (uint64_t id : posts_) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    const std::string target = "/v1/posts/counts?ids=" + ids;
+    std::promise<std::optional<Response>> answered;
+    ASSERT_TRUE(a.ForwardAsync(
+        get(target), [&answered](std::optional<Response> r) { answered.set_value(std::move(r)); }));
+    auto future = answered.get_future();
+    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    std::optional<Response> r = future.get();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body, Reference(target).second);
+    std::vector<std::string> members;
+    internal::AddMembers(r->member, &members);
+    std::sort(members.begin(), members.end());
+    EXPECT_EQ(members, (std::vector<std::string>{"a", "b", "c"})) << r->member;
   }
 
   // An owner that does not answer: no answer, and it is marked unreachable

@@ -9,9 +9,12 @@ local ids and for remote ids in turn (--runs each, alternating,
 --seconds each, --connections keep-alive connections), while the CPU time
 (utime + stime, /proc/<pid>/stat) of both members is read before and after.
 Prints requests/s and CPU microseconds per request of A, of B and of both,
-and the ratio remote/local, as medians over the runs.
+and the ratio remote/local, as medians over the runs. With --batch N the
+requests are GET /v1/posts/counts?ids= of N ids: "local" batches hold ids
+A answers itself, "remote" ones half of those and half ids of B's, as a
+timeline of random posts spans the members.
 
-  python3 tests/bench/cluster_read_cost.py --tally build/tally [--runs 3] [--seconds 10]
+  python3 tests/bench/cluster_read_cost.py --tally build/tally [--runs 3] [--seconds 10] [--batch 20]
 """
 
 import os
@@ -59,6 +62,8 @@ def main():
         ap.add_argument("--seconds", type=int, default=10, help="length of a run")
         ap.add_argument("--connections", type=int, default=8, help="wrk's keep-alive connections")
         ap.add_argument("--events", type=int, default=200000, help="generated events to fill the state")
+        ap.add_argument("--batch", type=int, default=0,
+                        help="ids per batch request (0: single reads of one post)")
 
     args = tallyctl.parse_args(__doc__, extra)
     with tallyctl.Harness(args, "cluster_read_cost", default_seed=7) as h:
@@ -87,6 +92,18 @@ def main():
         log("A (%s) answers %d of 1000 posts itself and asks B (%s) for %d" % (a, len(local), b, len(remote)))
         if len(local) < 50 or len(remote) < 50:
             raise tallyctl.TestFailure("the partitions are not split between the members")
+        if args.batch > 0:
+            ids = lambda paths: [p.split("/")[3] for p in paths]  # noqa: E731
+            lid, rid = ids(local), ids(remote)
+            half = max(1, args.batch // 2)
+            lb, rb = [], []
+            for i in range(200):
+                lb.append([lid[(i * args.batch + k) % len(lid)] for k in range(args.batch)])
+                mixed = [lid[(i * half + k) % len(lid)] for k in range(args.batch - half)]
+                mixed += [rid[(i * half + k) % len(rid)] for k in range(half)]
+                rb.append(sorted(mixed, key=int))
+            local = ["/v1/posts/counts?ids=" + ",".join(b) for b in lb]
+            remote = ["/v1/posts/counts?ids=" + ",".join(b) for b in rb]
         scripts = {}
         for kind, paths in (("local", local), ("remote", remote)):
             fd, path = tempfile.mkstemp(suffix=".lua", dir=h.path())
@@ -117,7 +134,8 @@ def main():
             print("| %s ids | %.0f | %.1f us | %.1f us | %.1f us |" % (kind, *med[kind]))
         print()
         print("remote / local, CPU of both members per request: %.1fx (medians of %d runs of %d s, "
-              "%d connections)" % (med["remote"][3] / med["local"][3], args.runs, args.seconds, args.connections))
+              "%d connections%s)" % (med["remote"][3] / med["local"][3], args.runs, args.seconds, args.connections,
+                                     ", batches of %d ids" % args.batch if args.batch > 0 else ""))
         for proc, _, _ in members:
             proc.stop(grace=30)
 

@@ -55,6 +55,8 @@ class WatermarkSource;
 class VisibilityWaiter;
 class ClusterRouting;
 class PeerClient;
+struct PeerRequest;
+struct PeerResponse;
 class StatusHistory;
 struct WatermarkReport;
 namespace internal {
@@ -203,18 +205,20 @@ class QueryService {
   // concurrent use.
   bool MayBlock(const Request& request) const;
 
-  // A read that goes whole to another member (a GET of one entity, or of
-  // a user's unread or snapshot, whose partition another member serves
-  // now), asked of it without holding a thread for the round trip
-  // (PeerClient::GetAllAsync). Returns false when `request` is not such a
-  // read, or not yet one that passes Dispatch()'s checks (method, ids,
-  // readiness): the caller answers it with Handle(). Otherwise returns
-  // true, and `done` gets the answer exactly once, on the peer client's
-  // I/O thread (or on this one, before the return, when the client is
-  // stopped): the owner's answer, or std::nullopt when the owner did not
-  // answer (it is then marked unreachable, and the caller answers the
-  // request with Handle() off its I/O thread, which goes around it). Safe
-  // for concurrent use.
+  // A read that goes to other members, asked of them without holding a
+  // thread for the round trip (PeerClient::GetAllAsync): a GET of one
+  // entity, or of a user's unread or snapshot, whose partition another
+  // member serves now (asked whole of it), and a batch of post counts in
+  // a cluster (the ids served here read now, each other member asked its
+  // share). Returns false when `request` is not such a read, or not one
+  // that passes Dispatch()'s checks (method, ids, readiness): the caller
+  // answers it with Handle(). Otherwise returns true, and `done` gets the
+  // answer exactly once: on the peer client's I/O thread, or on this one
+  // before the return (the client stopped; a batch whose ids are all
+  // served here). The answer is the members' answer, or std::nullopt when
+  // a member asked did not answer (it is then marked unreachable, and the
+  // caller answers the request with Handle() off its I/O thread, which
+  // goes around it). Safe for concurrent use.
   using ForwardDone = std::function<void(std::optional<Response>)>;
   bool ForwardAsync(const Request& request, ForwardDone done);
 
@@ -283,6 +287,31 @@ class QueryService {
                                         const std::vector<size_t>& positions,
                                         std::vector<store::PostCounts>* counts,
                                         std::vector<std::string>* answered_by);
+  // FillFromPeers in three steps, so that a caller may ask without
+  // blocking (ForwardAsync): which member serves each of ids[positions]
+  // (one part per member; 503 partition_moving if a partition is served
+  // nowhere or here now), the part's requests, and the answers merged
+  // (which fails on the first part not answered, marking its member
+  // unreachable, or answered otherwise than 200 or in an unknown form).
+  struct PeerBatchPart;  // cluster_reads.cc
+  std::optional<Response> PlanPeerBatch(std::span<const uint64_t> ids,
+                                        const std::vector<size_t>& positions,
+                                        std::vector<PeerBatchPart>* parts);
+  static std::vector<PeerRequest> PeerBatchRequests(std::span<const uint64_t> ids,
+                                                    const std::vector<PeerBatchPart>& parts);
+  std::optional<Response> MergePeerBatch(std::span<const uint64_t> ids,
+                                         const std::vector<PeerBatchPart>& parts,
+                                         const std::vector<PeerResponse>& answers,
+                                         std::vector<store::PostCounts>* counts,
+                                         std::vector<std::string>* answered_by);
+  // ForwardAsync for GET /v1/posts/counts: the ids served here read now,
+  // the others asked of their members without blocking (a batch of ids
+  // all served here is answered at once, on the calling thread); false
+  // (the caller answers with Handle()) for a 400, an id served nowhere, or
+  // a local read that fails.
+  bool BatchAsync(const Request& request, const Match& m, ForwardDone done);
+  // The ids of GET /v1/posts/counts?ids=, or the 400 naming what is wrong.
+  std::optional<Response> ParseBatchIds(std::string_view query, std::vector<uint64_t>* ids);
   // The post counts (the "posts" of GET /v1/users/{id}/counts) of `users`,
   // none of them served here, from their members, all at once, in the order
   // given.
