@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,6 +322,23 @@ double JsonNumber(std::string_view json, std::string_view key) {
   size_t at = json.find(needle);
   if (at == std::string_view::npos) return std::nan("");
   return std::strtod(std::string(json.substr(at + needle.size(), 32)).c_str(), nullptr);
+}
+
+base::Status PinProcess(pid_t pid, int first, int last) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c = first; c <= last; c++) CPU_SET(c, &set);
+  int pinned = 0;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    const pid_t tid = static_cast<pid_t>(std::strtol(task.path().filename().c_str(), nullptr, 10));
+    if (tid > 0 && sched_setaffinity(tid, sizeof(set), &set) == 0) pinned++;
+  }
+  if (pinned == 0)
+    return base::Status::Internal(
+        fmt::format("could not pin process {} to CPUs {}-{}", pid, first, last));
+  return base::Status::Ok();
 }
 
 }  // namespace tally::bench

@@ -72,6 +72,11 @@ class Process {
 base::Result<std::string> RunCapture(const std::vector<std::string>& argv, const std::string& log_path,
                                      double timeout_s);
 
+// Sets the CPU affinity of every thread of process `pid` (and so of the
+// threads they start later) to the CPUs in [first, last]. Best effort: a
+// thread that ends meanwhile is skipped. Fails if none could be set.
+base::Status PinProcess(pid_t pid, int first, int last);
+
 // Bytes of all regular files under `dir` (recursively), and of those whose
 // name ends with `suffix` when it is not empty.
 uint64_t DirBytes(const std::string& dir, std::string_view suffix = {});

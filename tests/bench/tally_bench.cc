@@ -131,6 +131,7 @@ struct Flags {
   int64_t freshness_rate = 300000;  // 0: half the measured ingest rate
   int64_t load_nice = 10;           // nice value of the freshness load generator
   bool keep = false;
+  bool pin = true;                   // query workloads: server on CPU 0, clients on the others
   std::vector<std::string> up_args;  // extra flags for tally up
   // The cluster workloads' own (cluster_workloads.h).
   int64_t failover_partitions = 8;
@@ -220,6 +221,13 @@ class Bench {
   Result<std::map<std::string, double>> RedisBenchmark(const std::vector<std::string>& command, int pipeline,
                                                        double* cpu_s);
   Status LoadRedisQueryData();
+  // With --pin and two CPUs or more: `server` (every thread) on CPU 0 for
+  // one load generator's run, and `argv` (that generator) prefixed to run
+  // on the other CPUs, as if the clients ran on other machines. Unpin()
+  // gives `server` every CPU back.
+  Result<std::vector<std::string>> Pin(Process* server, std::vector<std::string> argv);
+  void Unpin(Process* server);
+  bool PinsQueries() const { return f_.pin && std::thread::hardware_concurrency() >= 2; }
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   bool Selected(const std::string& w) const { return selected_.count(w) > 0; }
@@ -276,6 +284,10 @@ Status Bench::StartUp() {
   auto argv = TallyArgs({"up", "--brokers", brokers_, "--state-dir", Path("state"), "--http",
                               fmt::format("127.0.0.1:{}", http_port_), "--partitions", std::to_string(f_.partitions),
                               "--block-cache-mb", std::to_string(f_.block_cache_mb), "--log-level", "info"});
+  // Pinned, the query workloads give tally one CPU, as Redis has: one I/O
+  // thread for it (two would only take turns on it). --up-arg may say
+  // otherwise; the last --http-threads wins.
+  if (PinsQueries()) argv.push_back("--http-threads=1");
   argv.insert(argv.end(), f_.up_args.begin(), f_.up_args.end());
   return up_.Start(argv, Path("up.log"));
 }
@@ -742,13 +754,16 @@ Status Bench::Freshness(WorkloadResult* r) {
 
 Result<std::map<std::string, double>> Bench::Wrk(int port, const std::string& mode, uint64_t n, uint64_t first,
                                                  Process* server, double* cpu_s) {
+  auto argv = Pin(
+      server, {f_.wrk, "-t2", fmt::format("-c{}", f_.connections), fmt::format("-d{}s", f_.seconds),
+               "--timeout", "5s", "-s", f_.wrk_script, fmt::format("http://127.0.0.1:{}", port),
+               "--", mode, std::to_string(n), std::to_string(first)});
+  if (!argv.ok()) return argv.status();
   double cpu0 = server->CpuSeconds();
-  auto out = RunCapture({f_.wrk, "-t2", fmt::format("-c{}", f_.connections), fmt::format("-d{}s", f_.seconds),
-                         "--timeout", "5s", "-s", f_.wrk_script, fmt::format("http://127.0.0.1:{}", port), "--",
-                         mode, std::to_string(n), std::to_string(first)},
-                        Path("wrk-" + mode + ".log"), static_cast<double>(f_.seconds) + 60);
-  if (!out.ok()) return out.status();
+  auto out = RunCapture(*argv, Path("wrk-" + mode + ".log"), static_cast<double>(f_.seconds) + 60);
   *cpu_s = server->CpuSeconds() - cpu0;
+  Unpin(server);
+  if (!out.ok()) return out.status();
   size_t at = out->rfind("{\"requests\"");
   if (at == std::string::npos) return Status::Internal("wrk printed no report; see " + Path("wrk-" + mode + ".log"));
   std::string_view line(out->data() + at, out->size() - at);
@@ -771,10 +786,14 @@ Result<std::map<std::string, double>> Bench::RedisBenchmark(const std::vector<st
                                    std::to_string(f_.connections), "--threads", "2", "-n", std::to_string(requests),
                                    "-r", std::to_string(f_.keys), "-P", std::to_string(pipeline), "--csv"};
   argv.insert(argv.end(), command.begin(), command.end());
+  auto pinned = Pin(&redis_, std::move(argv));
+  if (!pinned.ok()) return pinned.status();
   double cpu0 = redis_.CpuSeconds();
-  auto out = RunCapture(argv, Path("redis-benchmark.log"), static_cast<double>(f_.seconds) * 10 + 60);
-  if (!out.ok()) return out.status();
+  auto out =
+      RunCapture(*pinned, Path("redis-benchmark.log"), static_cast<double>(f_.seconds) * 10 + 60);
   *cpu_s = redis_.CpuSeconds() - cpu0;
+  Unpin(&redis_);
+  if (!out.ok()) return out.status();
   // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
   size_t nl = out->find('\n');
   if (nl == std::string::npos) return Status::Internal("redis-benchmark printed no result");
@@ -819,6 +838,20 @@ Status Bench::LoadRedisQueryData() {
   if (errors) return Status::Internal("redis refused the query data");
   redis_query_data_ = true;
   return Status::Ok();
+}
+
+Result<std::vector<std::string>> Bench::Pin(Process* server, std::vector<std::string> argv) {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (!PinsQueries()) return argv;
+  TALLY_RETURN_IF_ERROR(PinProcess(server->pid(), 0, 0));
+  argv.insert(argv.begin(), {"taskset", "-c", fmt::format("1-{}", cpus - 1)});
+  return argv;
+}
+
+void Bench::Unpin(Process* server) {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (!PinsQueries()) return;
+  (void)PinProcess(server->pid(), 0, cpus - 1);
 }
 
 void Bench::WaitQuiet(Process* server, WorkloadResult* r) {
@@ -1085,10 +1118,11 @@ Status Bench::Storage(WorkloadResult* r) {
   Progress("storage: tally serve over it, under wrk");
   Process serve;
   int port = FreePort();
-  TALLY_RETURN_IF_ERROR(serve.Start(TallyArgs({"serve", "--state-dir", dir, "--http", fmt::format("127.0.0.1:{}", port),
-                                               "--block-cache-mb", std::to_string(f_.block_cache_mb), "--log-level",
-                                               "warn"}),
-                                    Path("serve-storage.log")));
+  TALLY_RETURN_IF_ERROR(serve.Start(
+      TallyArgs({"serve", "--state-dir", dir, "--http", fmt::format("127.0.0.1:{}", port),
+                 "--block-cache-mb", std::to_string(f_.block_cache_mb), "--log-level", "warn",
+                 PinsQueries() ? "--http-threads=1" : "--http-threads=2"}),
+      Path("serve-storage.log")));
   if (!WaitForPort(port, 30)) return Status::Unavailable("tally serve did not listen; see " + Path("serve-storage.log"));
   double cpu = 0;
   auto m = Wrk(port, "post", n, 1, &serve, &cpu);
@@ -1290,6 +1324,12 @@ int Main(int argc, char** argv) {
             "freshness: nice value of the load generator (0: tally's priority; the default 10 "
             "lets tally's threads run first, as with producers on other machines)");
   flags.Bool("keep", &f.keep, "keep the work directory");
+  flags.Bool(
+      "pin", &f.pin,
+      "query workloads and storage's reads: the server (tally up, tally serve, redis-server; every "
+      "thread) on CPU 0 and the load generator (wrk, redis-benchmark) on the other CPUs for each "
+      "run, "
+      "as if the clients ran on other machines (--pin=false: both anywhere)");
   flags.Repeated("up-arg", &f.up_args, "an extra flag for tally up (e.g. --up-arg=--flush-ms=20)");
   flags.Int("failover-partitions", &f.failover_partitions,
             "cluster_failover: partitions of tally's topics");
