@@ -42,6 +42,9 @@
 // CPU per request is utime+stime of every thread of the serving process
 // (/proc/PID/stat) over the load generator's run, divided by the requests
 // it answered: tally's over wrk's run, redis-server's over redis-benchmark's.
+// With --pin (the default on two CPUs or more) each run has its server
+// alone on CPU 0 (tally with one I/O thread, as Redis serves on one) and
+// its load generator on the other CPUs, as clients on other machines.
 // Throughput and latency are reported beside it. Before wrk starts, tally
 // is given up to 60 s to settle after what came before (the flushes and
 // compactions of the ingest backlog or the follows just published): until
