@@ -189,7 +189,7 @@ bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
   }
   if (m.route->needs_ready && options_.ready && !options_.ready()) return false;
   // A batch spans members: each is asked its share.
-  if (m.route->name == "post_counts_batch") return BatchAsync(request, m, std::move(done));
+  if (m.route->name == "post_counts_batch") return BatchAsync(m, std::move(done));
   if (m.params == 0) return false;
   for (int i = 0; i < m.params; i++) {
     if (m.param_name[i].ends_with("_id") && !ParseId(m.param[i], &m.id[i])) return false;
@@ -220,7 +220,7 @@ bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
   return true;
 }
 
-bool QueryService::BatchAsync(const Request& request, const Match& m, ForwardDone done) {
+bool QueryService::BatchAsync(const Match& m, ForwardDone done) {
   std::vector<uint64_t> ids;
   if (ParseBatchIds(m.query, &ids)) return false;  // a 400: Handle() answers it
   const uint32_t n = options_.store->partitions();

@@ -309,7 +309,7 @@ class QueryService {
   // all served here is answered at once, on the calling thread); false
   // (the caller answers with Handle()) for a 400, an id served nowhere, or
   // a local read that fails.
-  bool BatchAsync(const Request& request, const Match& m, ForwardDone done);
+  bool BatchAsync(const Match& m, ForwardDone done);
   // The ids of GET /v1/posts/counts?ids=, or the 400 naming what is wrong.
   std::optional<Response> ParseBatchIds(std::string_view query, std::vector<uint64_t>* ids);
   // The post counts (the "posts" of GET /v1/users/{id}/counts) of `users`,
