@@ -225,30 +225,30 @@ void HttpServer::Impl::Process(const restinio::request_handle_t& req) noexcept {
     }
     Request request{method, target, req->body(), false, Authorization(header), Forwarded(header)};
     request.if_none_match = IfNoneMatch(header);
-    // A read another member answers whole: handed to the peer client's
-    // thread, whose callback answers (RESTinio lets any thread finish the
-    // answer); if that member does not answer, the blocking path below
-    // goes around it.
-    forwards.fetch_add(1, std::memory_order_acq_rel);
-    if (service->ForwardAsync(request, [this, req](std::optional<Response> answer) noexcept {
-          if (answer) {
-            Answer(req, std::move(*answer), false);
-          } else {
-            try {
-              boost::asio::post(*blocking_pool, [this, req]() noexcept { ProcessBlocking(req); });
-            } catch (...) {
-              Answer(
-                  req,
-                  Response{500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}},
-                  /*close=*/true);
-            }
-          }
-          forwards.fetch_sub(1, std::memory_order_acq_rel);
-        })) {
-      return;
-    }
-    forwards.fetch_sub(1, std::memory_order_acq_rel);
     if (service->MayBlock(request)) {
+      // A read other members answer (every read ForwardAsync takes may
+      // block): handed to the peer client's thread, whose callback answers
+      // (RESTinio lets any thread finish the answer); if a member asked
+      // does not answer, the blocking path below goes around it.
+      forwards.fetch_add(1, std::memory_order_acq_rel);
+      if (service->ForwardAsync(request, [this, req](std::optional<Response> answer) noexcept {
+            if (answer) {
+              Answer(req, std::move(*answer), false);
+            } else {
+              try {
+                boost::asio::post(*blocking_pool, [this, req]() noexcept { ProcessBlocking(req); });
+              } catch (...) {
+                Answer(req,
+                       Response{
+                           500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}},
+                       /*close=*/true);
+              }
+            }
+            forwards.fetch_sub(1, std::memory_order_acq_rel);
+          })) {
+        return;
+      }
+      forwards.fetch_sub(1, std::memory_order_acq_rel);
       // Off the I/O threads: a publish waits for the broker's acks, a read
       // in a cluster may wait for another member. RESTinio lets any thread
       // finish the answer.

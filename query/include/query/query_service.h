@@ -218,7 +218,8 @@ class QueryService {
   // served here). The answer is the members' answer, or std::nullopt when
   // a member asked did not answer (it is then marked unreachable, and the
   // caller answers the request with Handle() off its I/O thread, which
-  // goes around it). Safe for concurrent use.
+  // goes around it). Every read it takes is one MayBlock() says may block,
+  // so a transport need ask only for those. Safe for concurrent use.
   using ForwardDone = std::function<void(std::optional<Response>)>;
   bool ForwardAsync(const Request& request, ForwardDone done);
 
