@@ -326,8 +326,15 @@ TEST_F(MembersDirectoryTest, ARestartedDirectoryRebuildsTheSameView) {
     for (auto& m : v) m.ts_ms = 0;
     return v;
   };
-  // Right after catching up, before b publishes anything again.
+  // Right after catching up, before b publishes anything again; a (which
+  // nothing above waited on) has read the same records by then.
   auto rebuilt = strip(b->Snapshot());
+  ASSERT_TRUE(a->WaitFor(
+      [](const auto& live) {
+        const MemberInfo* m = Find(live, "a");
+        return live.size() == 2 && m && m->owns.size() == 2 && Find(live, "b");
+      },
+      kSeeMs));
   auto known = strip(a->Snapshot());
   EXPECT_EQ(rebuilt, known);
   ASSERT_EQ(rebuilt.size(), 2u);  // a, and b's own record from before
