@@ -210,11 +210,7 @@ bool QueryService::ForwardAsync(const Request& request, ForwardDone done) {
                           return;
                         }
                         Response r = PassThrough(answers[0], member);
-                        try {
-                          Record(slot, r.status, start);
-                        } catch (...) {
-                          // As in Handle(): a lost sample, not a failed request.
-                        }
+                        RecordQuietly(slot, r.status, start);
                         done(std::move(r));
                       });
   return true;
@@ -241,13 +237,6 @@ bool QueryService::BatchAsync(const Match& m, ForwardDone done) {
   }
   const int64_t start = internal::NowNs();
   const int slot = internal::RouteSlot(m.route);
-  auto record = [this, slot, start](const Response& r) {
-    try {
-      Record(slot, r.status, start);
-    } catch (...) {
-      // As in Handle(): a lost sample, not a failed request.
-    }
-  };
   if (remote_positions.empty()) {
     // Every id is served here (a client that asks the owner): answered
     // now, on this thread, without a hand-over to the blocking pool.
@@ -256,7 +245,7 @@ bool QueryService::BatchAsync(const Match& m, ForwardDone done) {
     base::Status st = options_.store->GetPostCounts(ids, &counts, &missing);
     if (!st.ok() || !missing.empty()) return false;  // Handle() says why
     Response r = Local(JsonResponse(200, internal::RenderPostCountsBatch(counts)));
-    record(r);
+    RecordQuietly(slot, r.status, start);
     done(std::move(r));
     return true;
   }
@@ -275,7 +264,7 @@ bool QueryService::BatchAsync(const Match& m, ForwardDone done) {
   peers_->GetAllAsync(
       std::move(requests), PeerClient::In(options_.peer_timeout_ms),
       [this, ids = std::move(ids), parts, counts, local_positions = std::move(local_positions),
-       record, done = std::move(done)](std::vector<PeerResponse> answers) {
+       slot, start, done = std::move(done)](std::vector<PeerResponse> answers) {
         for (size_t k = 0; k < parts->size(); k++) {
           if (k >= answers.size() || !answers[k].ok()) {
             options_.cluster->Unreachable((*parts)[k].home.member);
@@ -286,19 +275,9 @@ bool QueryService::BatchAsync(const Match& m, ForwardDone done) {
         std::vector<std::string> answered_by(ids.size());
         std::optional<Response> failed =
             MergePeerBatch(ids, *parts, answers, counts.get(), &answered_by);
-        Response r;
-        if (failed) {
-          r = std::move(*failed);
-        } else {
-          // X-Tally-Member: every member that answered, in the order of the ids.
-          const std::string self = SelfId();
-          for (size_t pos : local_positions) answered_by[pos] = self;
-          std::vector<std::string> members;
-          for (const std::string& who : answered_by) internal::AddMembers(who, &members);
-          r = JsonResponse(200, internal::RenderPostCountsBatch(*counts));
-          r.member = fmt::format("{}", fmt::join(members, ","));
-        }
-        record(r);
+        Response r =
+            failed ? std::move(*failed) : MergedPostCounts(*counts, local_positions, &answered_by);
+        RecordQuietly(slot, r.status, start);
         done(std::move(r));
       });
   return true;
@@ -557,7 +536,6 @@ Response QueryService::ClusterPostCounts(const Request& request, const std::vect
     }
   }
   counts.resize(ids.size());
-  std::vector<std::string> members;
   if (!local_ids.empty()) {
     std::vector<store::PostCounts> local;
     if (auto failed = read_here(local_ids, &local)) return std::move(*failed);
@@ -567,10 +545,17 @@ Response QueryService::ClusterPostCounts(const Request& request, const std::vect
   if (auto failed = FillFromPeers(ids, remote_positions, &counts, &answered_by)) {
     return std::move(*failed);
   }
+  return MergedPostCounts(counts, local_positions, &answered_by);
+}
+
+Response QueryService::MergedPostCounts(const std::vector<store::PostCounts>& counts,
+                                        const std::vector<size_t>& local_positions,
+                                        std::vector<std::string>* answered_by) {
   // X-Tally-Member: every member that answered, in the order of the ids.
   const std::string self = SelfId();
-  for (size_t pos : local_positions) answered_by[pos] = self;
-  for (const std::string& who : answered_by) internal::AddMembers(who, &members);
+  for (size_t pos : local_positions) (*answered_by)[pos] = self;
+  std::vector<std::string> members;
+  for (const std::string& who : *answered_by) internal::AddMembers(who, &members);
   Response r = JsonResponse(200, internal::RenderPostCountsBatch(counts));
   r.member = fmt::format("{}", fmt::join(members, ","));
   return r;

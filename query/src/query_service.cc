@@ -206,13 +206,17 @@ Response QueryService::Handle(const Request& request) {
   } catch (...) {
     response = ProtocolError(500, "unexpected exception", "internal");
   }
+  RecordQuietly(route, response.status, start);
+  return response;
+}
+
+void QueryService::RecordQuietly(int route_id, int status, int64_t start_ns) noexcept {
   try {
-    Record(route, response.status, start);
+    Record(route_id, status, start_ns);
   } catch (...) {
     // Registering a metric allocates; losing one sample is better than
     // failing the request.
   }
-  return response;
 }
 
 void QueryService::Record(int route_id, int status, int64_t start_ns) {

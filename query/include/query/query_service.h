@@ -311,6 +311,12 @@ class QueryService {
   // (the caller answers with Handle()) for a 400, an id served nowhere, or
   // a local read that fails.
   bool BatchAsync(const Match& m, ForwardDone done);
+  // The answer to a batch read in a cluster: `counts` in the order asked,
+  // X-Tally-Member naming every member that answered (this one for
+  // `local_positions`, the others as `answered_by` says).
+  Response MergedPostCounts(const std::vector<store::PostCounts>& counts,
+                            const std::vector<size_t>& local_positions,
+                            std::vector<std::string>* answered_by);
   // The ids of GET /v1/posts/counts?ids=, or the 400 naming what is wrong.
   std::optional<Response> ParseBatchIds(std::string_view query, std::vector<uint64_t>* ids);
   // The post counts (the "posts" of GET /v1/users/{id}/counts) of `users`,
@@ -353,6 +359,8 @@ class QueryService {
   // options_.kafka_problem(), or "" without one.
   std::string KafkaProblem() const;
   void Record(int route_id, int status, int64_t start_ns);
+  // Record() that drops the sample if registering the metric fails.
+  void RecordQuietly(int route_id, int status, int64_t start_ns) noexcept;
 
   std::unique_ptr<ingest::EventsRequestParser> AcquireParser();
   void ReleaseParser(std::unique_ptr<ingest::EventsRequestParser> parser);
