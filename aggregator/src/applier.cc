@@ -84,6 +84,20 @@ struct Applier::Rep : public OwnershipListener {
     bool provisional = false;
   };
   std::map<int32_t, Held> held;
+  // The partition of kGlobalEntity when it is neither owned nor a standby
+  // here: applied for its global entity only (the notices and red dots
+  // every member reads locally), in `owned` but not in `held`.
+  struct GlobalOnly {
+    bool on = false;
+    bool current = false;  // as Held::current
+    int64_t target = -1;
+  };
+  GlobalOnly global_only;
+  // The applier of that partition was replaced while its consumer was
+  // fetching it: its messages count again from the one at the applier's
+  // next offset (a message fetched before the consumer was assigned again
+  // must not make it skip ahead).
+  bool resync_global = false;
   std::unique_ptr<DeltasOwnership> ownership;
   int32_t global_partition = 0;
   bool reassign = false;  // the set applied changed: assign the consumer again
@@ -153,6 +167,10 @@ struct Applier::Rep : public OwnershipListener {
     }
     base::KafkaPartitionList parts(rd_kafka_topic_partition_list_new(static_cast<int>(store->partitions())));
     for (uint32_t p = 0; p < store->partitions(); p++) {
+      if (static_cast<int32_t>(p) == global_partition) {
+        TALLY_RETURN_IF_ERROR(
+            RestoreInFullIfGlobalOnly("one process applies every partition in full"));
+      }
       auto wa = std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic,
                                                 store->partitions(), store->options().viewed,
                                                 store->options().dedup_hours * 3600000LL);
@@ -374,9 +392,82 @@ struct Applier::Rep : public OwnershipListener {
                         "assigning the deltas partitions applied here");
   }
 
+  // A partition of kGlobalEntity that holds only its global entity
+  // (GlobalOnly) is made whole again: its event ids and progress go, so it
+  // is applied in full from offset 0, over the notices and red dots it
+  // keeps (their deltas are idempotent: a listed notice id is ignored, a
+  // dot time is a maximum), which are read meanwhile as they were.
+  Status RestoreInFullIfGlobalOnly(const char* why) {
+    store::Partition* part = store->partition(static_cast<uint32_t>(global_partition));
+    auto only = part->LoadGlobalOnly();
+    if (!only.ok()) return only.status();
+    if (!*only) return Status::Ok();
+    store::PartitionBatch b;
+    b.DropAllButGlobal();  // nothing but the "viewed" tables' record, kept since
+    b.DropEventIds();
+    b.SetProgress(store::Progress());
+    b.SetGlobalOnly(false);
+    TALLY_RETURN_IF_ERROR(part->Commit(&b));
+    TALLY_LOG_INFO(kLog,
+                   "{}/{}: held for its global entity only until now; {}: applying it in full "
+                   "from offset 0 (its notices and red dots are still read meanwhile)",
+                   o.deltas_topic, global_partition, why);
+    return Status::Ok();
+  }
+
+  // Applies the partition of kGlobalEntity here for its global entity only
+  // (it is neither owned nor a standby here): a full copy held here first
+  // loses everything but the global entity and the event ids, in one
+  // commit, and goes on from its offset. `current`: that copy had caught up.
+  Status HoldGlobalOnly(const char* why, bool current) {
+    const int32_t g = global_partition;
+    // Every window written (derived deltas first, as always), so that the
+    // new applier goes on exactly where the consumer is.
+    TALLY_RETURN_IF_ERROR(FlushAll());
+    TALLY_RETURN_IF_ERROR(FinishCommits());
+    if (held.erase(g) > 0) {
+      // Said first, so this member's own reads of g go to its owner.
+      publish_due = true;
+      Publish(base::SteadyMs());
+    }
+    store::Partition* part = store->partition(static_cast<uint32_t>(g));
+    auto only = part->LoadGlobalOnly();
+    if (!only.ok()) return only.status();
+    if (!*only) {
+      store::PartitionBatch b;
+      b.DropAllButGlobal();
+      b.SetGlobalOnly(true);
+      TALLY_RETURN_IF_ERROR(part->Commit(&b));
+    }
+    auto wa = std::make_unique<WindowApplier>(part, o.deltas_topic, store->partitions(),
+                                              store->options().viewed,
+                                              store->options().dedup_hours * 3600000LL);
+    TALLY_RETURN_IF_ERROR(wa->Load());
+    wa->set_global_only(true);
+    TALLY_LOG_INFO(kLog,
+                   "{}/{}: applying its global entity only (notices, red dots) from offset {} "
+                   "({})",
+                   o.deltas_topic, g, wa->progress().next_deltas_offset, why);
+    owned[g] = std::move(wa);
+    resync_global = true;
+    global_only = GlobalOnly{true, current, -1};
+    if (!current) restoring++;
+    reassign = true;
+    publish_due = true;
+    return Status::Ok();
+  }
+
   // Starts applying partition p here (opening or creating its state).
   Status StartApplying(int32_t p, bool owner) {
     TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(p)));
+    if (p == global_partition && global_only.on) {
+      TALLY_RETURN_IF_ERROR(FlushAll());
+      TALLY_RETURN_IF_ERROR(FinishCommits());
+      TALLY_RETURN_IF_ERROR(
+          RestoreInFullIfGlobalOnly(owner ? "owned here now" : "a standby here now"));
+      global_only = GlobalOnly();
+      resync_global = true;
+    }
     auto wa = std::make_unique<WindowApplier>(
         store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
         store->options().viewed, store->options().dedup_hours * 3600000LL);
@@ -396,6 +487,11 @@ struct Applier::Rep : public OwnershipListener {
   // as one left from before a restart (Reconcile drops it once another
   // member serves the partition).
   Status StopApplying(int32_t p, const char* why, bool keep = false) {
+    if (p == global_partition) {
+      // Every member reads the global entity: it stays.
+      auto h = held.find(p);
+      return HoldGlobalOnly(why, h != held.end() && h->second.current);
+    }
     TALLY_RETURN_IF_ERROR(FinishCommits());  // a sealed window of p may be in flight
     TALLY_LOG_INFO(kLog, "{}/{}: {} at offset {} ({})", o.deltas_topic, p,
                    keep ? "no longer applied, kept" : "dropped", owned[p]->committed_offset(), why);
@@ -540,15 +636,21 @@ struct Applier::Rep : public OwnershipListener {
       rd_kafka_topic_partition_list_add(ask.get(), o.deltas_topic.c_str(), p)->offset =
           RD_KAFKA_OFFSET_END;
     }
+    if (global_only.on && !global_only.current && global_only.target < 0) {
+      rd_kafka_topic_partition_list_add(ask.get(), o.deltas_topic.c_str(), global_partition)
+          ->offset = RD_KAFKA_OFFSET_END;
+    }
     if (ask->cnt == 0) return;
     if (rd_kafka_offsets_for_times(consumer.get(), ask.get(), 2000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return;
     }
     for (int i = 0; i < ask->cnt; i++) {
       const auto& e = ask->elems[i];
-      auto h = held.find(e.partition);
-      if (e.err == RD_KAFKA_RESP_ERR_NO_ERROR && e.offset >= 0 && h != held.end()) {
+      if (e.err != RD_KAFKA_RESP_ERR_NO_ERROR || e.offset < 0) continue;
+      if (auto h = held.find(e.partition); h != held.end()) {
         h->second.target = e.offset;
+      } else if (e.partition == global_partition && global_only.on) {
+        global_only.target = e.offset;
       }
     }
   }
@@ -579,15 +681,26 @@ struct Applier::Rep : public OwnershipListener {
                        wa.committed_offset(), h.owner ? "owner" : "standby");
       }
     }
+    if (global_only.on && !global_only.current) {
+      const WindowApplier& wa = *owned[global_partition];
+      if (global_only.target < 0 || wa.committed_offset() < global_only.target) {
+        restoring++;
+      } else {
+        global_only.current = true;
+        publish_due = true;
+        TALLY_LOG_INFO(kLog, "{}/{}: its global entity caught up at offset {}", o.deltas_topic,
+                       global_partition, wa.committed_offset());
+      }
+    }
   }
 
-  // Which standbys this member keeps, from the directory: the global
-  // partition, each partition whose owner is followed by this member
+  // Which standbys this member keeps, from the directory: each partition
+  // whose owner is followed by this member
   // within the next `standbys` members (in member id order, wrapping). A
   // standby no longer wanted is still kept while no live member claims its
   // partition (Reconcile).
   std::set<int32_t> WantedStandbys(const std::vector<cluster::MemberInfo>& members) const {
-    std::set<int32_t> want{global_partition};
+    std::set<int32_t> want;
     if (o.cluster.standbys <= 0) return want;
     std::vector<std::string> ids;
     for (const auto& m : members) ids.push_back(m.member);
@@ -645,7 +758,9 @@ struct Applier::Rep : public OwnershipListener {
       joined_wall_ms = base::WallMs();
     }
     for (uint32_t p : joined_wall_ms ? store->HeldPartitions() : std::vector<uint32_t>{}) {
-      if (held.count(static_cast<int32_t>(p))) continue;
+      if (held.count(static_cast<int32_t>(p)) || static_cast<int32_t>(p) == global_partition) {
+        continue;
+      }
       for (const auto& m : members) {
         if (m.member == o.cluster.member || m.ts_ms <= joined_wall_ms ||
             !cluster::HasPartition(m.owns, static_cast<int32_t>(p))) {
@@ -677,6 +792,16 @@ struct Applier::Rep : public OwnershipListener {
       } else {
         info.standby.push_back(p);
       }
+    }
+    // Not served here, but what this member's notices and red dots are read
+    // from: restoring until it has caught up (a member is not ready before).
+    if (global_only.on && !global_only.current) {
+      const WindowApplier& wa = *owned.at(global_partition);
+      info.restoring.push_back(
+          cluster::RestoringPartition{global_partition, wa.progress().next_deltas_offset,
+                                      std::max<int64_t>(global_only.target, 0)});
+      std::sort(info.restoring.begin(), info.restoring.end(),
+                [](const auto& a, const auto& b) { return a.partition < b.partition; });
     }
     if (ownership) info.generation = std::max<int64_t>(ownership->Identity().generation, 0);
     return info;
@@ -761,8 +886,20 @@ struct Applier::Rep : public OwnershipListener {
     ownership = std::move(own).value();
     TALLY_LOG_INFO(kLog, "joining the group {}-applier as member {} ({})", o.group,
                    o.cluster.member, o.cluster.http);
-    // The global partition is applied on every member from the start.
-    TALLY_RETURN_IF_ERROR(StartApplying(global_partition, false));
+    // The partition of kGlobalEntity is applied on every member from the
+    // start: a full copy held from before as a standby (Reconcile settles
+    // it), else for its global entity only.
+    TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(global_partition)));
+    store::Partition* g = store->partition(static_cast<uint32_t>(global_partition));
+    auto only = g->LoadGlobalOnly();
+    if (!only.ok()) return only.status();
+    auto progress = g->LoadProgress();
+    if (!progress.ok()) return progress.status();
+    if (*only || (progress->next_deltas_offset == 0 && progress->marks.empty())) {
+      TALLY_RETURN_IF_ERROR(HoldGlobalOnly("neither owned nor a standby here yet", false));
+    } else {
+      TALLY_RETURN_IF_ERROR(StartApplying(global_partition, false));
+    }
     return AssignApplied();
   }
 
@@ -771,6 +908,10 @@ struct Applier::Rep : public OwnershipListener {
     if (it == owned.end()) return Status::Ok();  // stale message of a revoked partition
     // Fetched before the consumer was assigned again from the window's offset.
     if (m->offset < it->second->progress().next_deltas_offset) return Status::Ok();
+    if (m->partition == global_partition && resync_global) {
+      if (m->offset != it->second->progress().next_deltas_offset) return Status::Ok();
+      resync_global = false;
+    }
     // Every member applying a partition publishes its derived deltas, the
     // standbys too: a derived delta is the same whoever derives it (same
     // source offset, same effect index, from the same state), so the

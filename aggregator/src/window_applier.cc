@@ -128,11 +128,16 @@ Status WindowApplier::ApplyBatch(std::string_view bytes, int64_t offset,
         continue;
       }
     }
-    ApplyOne(d, &derived_index, offset, derived, &st);
-    if (!st.ok()) return st;  // a store read failed: the window is unusable, caller restarts
+    // A global-only copy decides every delta as a full copy does (marks,
+    // event ids) and applies only kGlobalEntity's: its global state is the
+    // full copy's (aggregator/README.md, "The global entity in a cluster").
+    if (!global_only_ || d.entity == schemas::kGlobalEntity) {
+      ApplyOne(d, &derived_index, offset, derived, &st);
+      if (!st.ok()) return st;  // a store read failed: the window is unusable, caller restarts
+      stats_.applied++;
+    }
     *mark = store::SourceMark{d.source.offset, d.source.effect, d.source.ts};
     progress_.max_event_ts = std::max(progress_.max_event_ts, d.source.ts);
-    stats_.applied++;
   }
   return Status::Ok();
 }

@@ -16,6 +16,8 @@
 //   0x00 "viewed"            -> ViewedTables metadata
 //   0x00 "notices"           -> varint: how many 'N' records the partition holds,
 //                               written with every batch that adds one
+//   0x00 "global-only"       -> empty: the partition holds only kGlobalEntity's
+//                               records ('N', 'd') and event ids ('i')
 // Ids are big-endian so that a prefix scan returns members in id order.
 #pragma once
 
@@ -49,6 +51,7 @@ enum class RecordKind : char {
 inline constexpr std::string_view kProgressKey{"\0progress", 9};
 inline constexpr std::string_view kViewedKey{"\0viewed", 7};
 inline constexpr std::string_view kNoticeCountKey{"\0notices", 8};
+inline constexpr std::string_view kGlobalOnlyKey{"\0global-only", 12};
 
 // Number of counter fields of a counter record kind; 0 if `kind` is not one.
 int CounterFieldCount(char kind);

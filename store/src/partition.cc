@@ -131,6 +131,17 @@ Result<ViewedTables> Partition::LoadViewedTables(const ViewedOptions& options) c
   return t;
 }
 
+Result<bool> Partition::LoadGlobalOnly() const {
+  std::shared_ptr<rocksdb::DB> db = rep_->db.load();
+  if (db == nullptr) return NotHeld(id_);
+  std::string value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(),
+                              rocksdb::Slice(kGlobalOnlyKey.data(), kGlobalOnlyKey.size()), &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, fmt::format("partition {}: reading the global-only mark", id_));
+  return true;
+}
+
 Result<Progress> Partition::LoadProgress() const {
   std::shared_lock<std::shared_mutex> committing;
   if (rep_->cache != nullptr) committing = std::shared_lock<std::shared_mutex>(rep_->commit_mu);
@@ -199,6 +210,12 @@ Status Partition::Commit(PartitionBatch* batch) {
     rep_->cache->BeginInvalidate();
     for (const auto& [kind, id] : batch->rep_->counters) rep_->cache->Invalidate(kind, id);
     if (batch->rep_->red_dots) rep_->cache->InvalidateRedDots();
+    if (batch->rep_->drop_cached) {
+      const uint32_t self = id_, n = rep_->partitions;
+      rep_->cache->ClearIf([self, n](uint64_t id) {
+        return id != schemas::kGlobalEntity && schemas::PartitionOf(id, n) == self;
+      });
+    }
   }
   Status st = FromRocks(s, fmt::format("partition {}: committing window", id_));
   if (rep_->health) rep_->health->OnCommit(st);

@@ -118,11 +118,40 @@ void PartitionBatch::SetProgress(const Progress& progress) {
   EncodeProgress(progress, &rep_->value);
   rep_->wb.Put(rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), rep_->value);
 }
+void PartitionBatch::DropAllButGlobal() {
+  // Every kind keyed by a post or a user, and the "viewed" tables (a new
+  // applier starts them again). Kept: 'N' and 'd' (kGlobalEntity's), 'i'
+  // (event ids), the progress and the notice count.
+  for (RecordKind kind :
+       {RecordKind::kPostCounters, RecordKind::kUserCounters, RecordKind::kUnreadCounters,
+        RecordKind::kLikeEdge, RecordKind::kFollowEdge, RecordKind::kNoticeRead,
+        RecordKind::kUserRedDot, RecordKind::kFeedSnapshot, RecordKind::kViewChunk}) {
+    const char from = static_cast<char>(kind);
+    const char to = static_cast<char>(from + 1);
+    rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&to, 1));
+  }
+  rep_->wb.Delete(rocksdb::Slice(kViewedKey.data(), kViewedKey.size()));
+  rep_->drop_cached = true;
+}
+void PartitionBatch::DropEventIds() {
+  const char from = static_cast<char>(RecordKind::kEventId);
+  const char to = static_cast<char>(from + 1);
+  rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&to, 1));
+}
+void PartitionBatch::SetGlobalOnly(bool global_only) {
+  const rocksdb::Slice key(kGlobalOnlyKey.data(), kGlobalOnlyKey.size());
+  if (global_only) {
+    rep_->wb.Put(key, rocksdb::Slice());
+  } else {
+    rep_->wb.Delete(key);
+  }
+}
 size_t PartitionBatch::Count() const { return rep_->wb.Count(); }
 void PartitionBatch::Clear() {
   rep_->wb.Clear();
   rep_->counters.clear();
   rep_->red_dots = false;
+  rep_->drop_cached = false;
   rep_->notices.clear();
   rep_->notice_count_put = false;
 }

@@ -77,6 +77,7 @@ struct PartitionBatch::Rep {
   // The counter records merged, dropped from the read cache on commit.
   std::vector<std::pair<char, uint64_t>> counters;
   bool red_dots = false;  // a global red dot changed
+  bool drop_cached = false;  // DropAllButGlobal: every cached record of the partition goes
   // The notice ids put, added to the partition's index on commit, and
   // whether the notice count record is in `wb` already (a retried commit
   // must not add it twice).
@@ -114,6 +115,7 @@ struct Partition::Rep {
   std::atomic<bool> primary_closed{false};
   // The store's read cache (borrowed; null when there is none).
   CounterCache* cache = nullptr;
+  uint32_t partitions = 0;  // of the state (which ids are this partition's)
   // The ids of the partition's notices, ascending (only the partition of
   // kGlobalEntity has any), so that "how many above x" is a binary search
   // in memory. Read from `db` when it is opened or replaced; a commit that

@@ -390,6 +390,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     prep->path = dir + "/" + PartitionDirName(i);
     prep->secondary_base = rep->secondary_dir + "/" + PartitionDirName(i);
     prep->cache = rep->cache.get();
+    prep->partitions = n;
     if (!options.read_only) prep->health = std::make_shared<WriteHealth>(i);
     prep->reserve = rep->reserve.get();
     rep->partitions.push_back(std::unique_ptr<Partition>(new Partition(i, std::move(prep))));

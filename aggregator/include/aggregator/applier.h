@@ -14,12 +14,15 @@
 // applies with its own consumer and applies some without owning them:
 //   - owned: served once the state has caught up with the log's end as of
 //     the assignment ("restoring" until then);
-//   - standby: applied as well, never owned: the partition of
-//     kGlobalEntity on every member (notices, red dots), the next
-//     `standbys` members' copies of each owned partition (in member order
-//     after the owner), and a partition this member gave up, until its new
-//     owner says in the directory that it has caught up (warm-up: reads go
-//     to the old owner meanwhile).
+//   - standby: applied as well, never owned: the next `standbys`
+//     members' copies of each owned partition (in member order after the
+//     owner), and a partition this member gave up, until its new owner
+//     says in the directory that it has caught up (warm-up: reads go to
+//     the old owner meanwhile);
+//   - global-only: the partition of kGlobalEntity when it is neither owned
+//     nor a standby here, applied for its global entity only (the notices
+//     and red dots every member reads locally; aggregator/README.md, "The
+//     global entity in a cluster").
 // A member that finds no other live member in the directory at start
 // applies every partition at once as provisional standbys, without
 // waiting for the group's first assignment (its initial rebalance delay);

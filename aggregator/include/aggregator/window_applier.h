@@ -124,6 +124,15 @@ class WindowApplier {
   // outlive this object or be replaced first.
   void set_hot_posts(base::HotKeys* hot) { hot_posts_ = hot; }
 
+  // Applies only the deltas of kGlobalEntity (notices, red dots), deciding
+  // every other delta (its stream's mark, its event id) as a full copy
+  // would without applying it: a cluster member's copy of the partition of
+  // kGlobalEntity when it neither owns nor stands by for that partition
+  // (aggregator/README.md, "The global entity in a cluster"). The partition then holds
+  // nothing else (PartitionBatch::DropAllButGlobal). Off by default.
+  void set_global_only(bool global_only) { global_only_ = global_only; }
+  bool global_only() const { return global_only_; }
+
   // Returns the counts since the last call and resets them.
   WindowStats TakeStats() {
     WindowStats s = stats_;
@@ -205,6 +214,7 @@ class WindowApplier {
   std::map<uint64_t, std::string> sealed_notices_;
   WindowStats stats_;
   base::HotKeys* hot_posts_ = nullptr;
+  bool global_only_ = false;
   // A producer whose notice ids restart (a second `tally produce --gen`, a
   // reset sequence) sends one repeated notice after another.
   base::LogLimiter repeated_notice_log_{10, 10000};

@@ -228,6 +228,18 @@ class PartitionBatch {
   void PutViewedTables(const ViewedTables& tables);
   // Records the progress this batch reaches; call once per batch.
   void SetProgress(const Progress& progress);
+  // Deletes every record but those of kGlobalEntity (the notice list and
+  // the global red dots) and the event ids (which decide copies of global
+  // events too), the "viewed" tables included; committed, the partition's
+  // entries leave the read cache. For a cluster member that keeps only
+  // the global entity of the partition of kGlobalEntity
+  // (aggregator/README.md, "The global entity in a cluster").
+  void DropAllButGlobal();
+  // Deletes every event id record (PutEventId).
+  void DropEventIds();
+  // Records whether the partition holds only its global entity's records
+  // (what DropAllButGlobal leaves, plus what a global-only applier adds).
+  void SetGlobalOnly(bool global_only);
 
   size_t Count() const;
   void Clear();
@@ -271,6 +283,9 @@ class Partition {
 
   // The progress last committed (zero Progress for a new partition).
   base::Result<Progress> LoadProgress() const;
+  // Whether the partition holds only its global entity's records, as the
+  // last SetGlobalOnly committed said (false for a new partition).
+  base::Result<bool> LoadGlobalOnly() const;
 
   // Writes `batch` atomically (state and progress together); the read
   // cache and the notice ids follow it before it returns. On error nothing
