@@ -142,6 +142,15 @@ struct Applier::Rep : public OwnershipListener {
     commit_seconds = m.GetHistogram("tally_applier_commit_seconds", "Time to commit one partition window");
   }
 
+  // The applier of partition p, its committed progress loaded.
+  base::Result<std::unique_ptr<WindowApplier>> NewApplier(int32_t p) {
+    auto wa = std::make_unique<WindowApplier>(
+        store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
+        store->options().viewed, store->options().dedup_hours * 3600000LL);
+    TALLY_RETURN_IF_ERROR(wa->Load());
+    return wa;
+  }
+
   // On whichever thread polls the producer (this one, or a helper waiting
   // in WaitDerivedAcknowledged).
   void OnDelivery(const rd_kafka_message_t& m) {
@@ -171,10 +180,9 @@ struct Applier::Rep : public OwnershipListener {
         TALLY_RETURN_IF_ERROR(
             RestoreInFullIfGlobalOnly("one process applies every partition in full"));
       }
-      auto wa = std::make_unique<WindowApplier>(store->partition(p), o.deltas_topic,
-                                                store->partitions(), store->options().viewed,
-                                                store->options().dedup_hours * 3600000LL);
-      TALLY_RETURN_IF_ERROR(wa->Load());
+      auto made = NewApplier(static_cast<int32_t>(p));
+      if (!made.ok()) return made.status();
+      std::unique_ptr<WindowApplier> wa = std::move(made).value();
       wa->set_hot_posts(o.hot_posts);
       int64_t offset = wa->progress().next_deltas_offset;
       rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), static_cast<int32_t>(p))->offset = offset;
@@ -439,10 +447,9 @@ struct Applier::Rep : public OwnershipListener {
       b.SetGlobalOnly(true);
       TALLY_RETURN_IF_ERROR(part->Commit(&b));
     }
-    auto wa = std::make_unique<WindowApplier>(part, o.deltas_topic, store->partitions(),
-                                              store->options().viewed,
-                                              store->options().dedup_hours * 3600000LL);
-    TALLY_RETURN_IF_ERROR(wa->Load());
+    auto made = NewApplier(g);
+    if (!made.ok()) return made.status();
+    std::unique_ptr<WindowApplier> wa = std::move(made).value();
     wa->set_global_only(true);
     TALLY_LOG_INFO(kLog,
                    "{}/{}: applying its global entity only (notices, red dots) from offset {} "
@@ -468,10 +475,9 @@ struct Applier::Rep : public OwnershipListener {
       global_only = GlobalOnly();
       resync_global = true;
     }
-    auto wa = std::make_unique<WindowApplier>(
-        store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
-        store->options().viewed, store->options().dedup_hours * 3600000LL);
-    TALLY_RETURN_IF_ERROR(wa->Load());
+    auto made = NewApplier(p);
+    if (!made.ok()) return made.status();
+    std::unique_ptr<WindowApplier> wa = std::move(made).value();
     TALLY_LOG_INFO(kLog, "{}/{}: applying from offset {} as {}", o.deltas_topic, p,
                    wa->progress().next_deltas_offset, owner ? "owner" : "standby");
     owned[p] = std::move(wa);
@@ -888,14 +894,13 @@ struct Applier::Rep : public OwnershipListener {
                    o.cluster.member, o.cluster.http);
     // The partition of kGlobalEntity is applied on every member from the
     // start: a full copy held from before as a standby (Reconcile settles
-    // it), else for its global entity only.
+    // it), else for its global entity only. A copy's progress does not
+    // tell (a state attached to a new log has offset 0 and its counts).
+    const bool held_before = on_disk_at_start.count(global_partition) > 0;
     TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(global_partition)));
-    store::Partition* g = store->partition(static_cast<uint32_t>(global_partition));
-    auto only = g->LoadGlobalOnly();
+    auto only = store->partition(static_cast<uint32_t>(global_partition))->LoadGlobalOnly();
     if (!only.ok()) return only.status();
-    auto progress = g->LoadProgress();
-    if (!progress.ok()) return progress.status();
-    if (*only || (progress->next_deltas_offset == 0 && progress->marks.empty())) {
+    if (*only || !held_before) {
       TALLY_RETURN_IF_ERROR(HoldGlobalOnly("neither owned nor a standby here yet", false));
     } else {
       TALLY_RETURN_IF_ERROR(StartApplying(global_partition, false));

@@ -459,6 +459,15 @@ class Cluster:
                     last[0] = "%s: partitions %s have fewer than %d standby (%s)" % (
                         name, short, want, {x["member"]: x.get("standby") for x in v["members"]})
                     return False
+                # The partition of the notices and red dots is kept like any
+                # other (SPEC section 6): the members that neither own nor
+                # stand by for it keep only the notices and red dots, and do
+                # not list it.
+                g = tallyctl.partition_of(0, PARTITIONS)
+                if held.get(g, 0) > want:
+                    last[0] = "%s: partition %d (notices, red dots) has %d standbys, not %d (%s)" % (
+                        name, g, held[g], want, {x["member"]: x.get("standby") for x in v["members"]})
+                    return False
             return True
 
         try:

@@ -67,6 +67,17 @@ def parse_args(description, extra=None):
 # Ports.
 
 
+def partition_of(entity, partitions):
+    """The deltas partition of an entity id (schemas::PartitionOf); the
+    notices and red dots live in partition_of(0, n)."""
+    mask = (1 << 64) - 1
+    z = (entity + 0x9e3779b97f4a7c15) & mask
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask
+    z ^= z >> 31
+    return z % partitions
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
