@@ -231,6 +231,19 @@ class Cluster:
                 if kind in event_model.UNREAD_CHECKED and u in m.unread:
                     m.unread[u][kind] = 0
                 recs.append((str(u), json.dumps(e, separators=(",", ":"))))
+        # A followee of one of the users whose feed was just read posts
+        # again, so the next comparison shows a feed above 0 whatever the
+        # random stream did (the snapshot in the read names the counts
+        # before it, so the order the two are applied in does not matter).
+        for u in users[:3]:
+            followees = {f for (a, f) in m.follows if a == u}
+            theirs = sorted(p for p, a in self.w.author.items() if a in followees)
+            if theirs:
+                e = {"type": "post", "ts": self.next_ts(), "author_id": self.w.author[theirs[0]],
+                     "post_id": theirs[0]}
+                m.apply(e)
+                recs.append((str(theirs[0]), json.dumps(e, separators=(",", ":"))))
+                break
         self.publish(recs)
         # The HTTP reset of these takes nothing from the clock that a read
         # shows (feed would: its snapshot's taken_ts).
