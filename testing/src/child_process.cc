@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -133,19 +135,25 @@ void ChildProcess::Kill() {
 }
 
 std::string ChildProcess::ReadLine(int timeout_ms) {
-  std::string line;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (out_fd_ >= 0) {
+    if (size_t nl = partial_.find('\n'); nl != std::string::npos) {
+      std::string line = partial_.substr(0, nl);
+      partial_.erase(0, nl + 1);
+      return line;
+    }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd p{out_fd_, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1) break;
-    char c;
-    if (::read(out_fd_, &c, 1) != 1) break;
-    if (c == '\n') return line;
-    line.push_back(c);
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) != 1) {
+      return {};  // timed out: the part read so far waits for the next call
+    }
+    char buf[256];
+    ssize_t n = ::read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) break;  // closed
+    partial_.append(buf, static_cast<size_t>(n));
   }
-  return line;
+  return std::exchange(partial_, {});
 }
 
 }  // namespace tally::testing

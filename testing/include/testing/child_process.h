@@ -68,15 +68,17 @@ class ChildProcess {
   // SIGKILL and reap, if it still runs.
   void Kill();
 
-  // The next line (without '\n') the child wrote to its stdout pipe; what
-  // was read so far if `timeout_ms` passes or the pipe closes first.
-  // Precondition: started with stdout_pipe.
+  // The next line (without '\n') the child wrote to its stdout pipe, or ""
+  // if `timeout_ms` passes first: a line read in part by then is kept, and
+  // the next call goes on with it. Once the pipe closes, what is left of
+  // an unfinished line. Precondition: started with stdout_pipe.
   std::string ReadLine(int timeout_ms);
 
  private:
   pid_t pid_ = -1;
   std::optional<int> status_;  // set once reaped
   int out_fd_ = -1;            // read end of the stdout pipe
+  std::string partial_;        // a line ReadLine() has read in part
 };
 
 }  // namespace tally::testing
