@@ -1,6 +1,9 @@
 #include "aggregator/deltas_ownership.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -241,33 +244,64 @@ base::KafkaMessage DeltasOwnership::Poll(int timeout_ms) {
 
 namespace {
 
-// librdkafka 2.0.2 asserts (and aborts the process) when it destroys a
-// cooperative-sticky consumer that has not been given an assignment yet:
-// the assignor's state is made at the first assignment and its destroy
-// does not check for none (librdkafka issue 4312, fixed in 2.3.0). A
-// member stopped within the first seconds of its join would crash. Such a
-// consumer, closed (it has left the group), is kept here until the
-// process exits instead: its threads idle, and it stays reachable so that
-// leak checkers do not report it.
-void KeepUntilExit(base::KafkaHandle consumer) {
+// Handles kept until the process exits rather than destroyed, each with the
+// queue its close was served on (or null): the threads idle, and they stay
+// reachable so that leak checkers do not report them.
+//
+// - librdkafka 2.0.2 asserts (and aborts the process) when it destroys a
+//   cooperative-sticky consumer that has not been given an assignment yet:
+//   the assignor's state is made at the first assignment and its destroy
+//   does not check for none (librdkafka issue 4312, fixed in 2.3.0). A
+//   member stopped within the first seconds of its join would crash.
+// - librdkafka 2.0.2 never ends the close of a cooperative consumer that an
+//   assignment reached while it was closing: the group handler waits for
+//   an assign call that the close turned into an unassign (issue 4527,
+//   fixed in 2.4.0). Destroying it would wait forever too.
+void KeepUntilExit(base::KafkaHandle consumer, rd_kafka_queue_t* queue) {
   static std::mutex mu;
-  static std::vector<rd_kafka_t*>* kept = new std::vector<rd_kafka_t*>();
+  static auto* kept = new std::vector<std::pair<rd_kafka_t*, rd_kafka_queue_t*>>();
   std::lock_guard<std::mutex> lock(mu);
-  kept->push_back(consumer.release());
+  kept->emplace_back(consumer.release(), queue);
 }
 
 }  // namespace
 
 base::Status DeltasOwnership::Close() {
   if (!rep_->consumer) return base::Status::Ok();
-  // Serves the revocation (the listener's Revoked) and sends LeaveGroup.
+  rd_kafka_t* rk = rep_->consumer.get();
+  // Serves the revocation (the listener's Revoked) and sends LeaveGroup,
+  // as rd_kafka_consumer_close() does, but gives up on a close that stalls.
   rep_->closing = true;
-  base::Status st =
-      base::KafkaStatus(rd_kafka_consumer_close(rep_->consumer.get()), "leaving the group");
-  if (rep_->assigned_once) {
-    rep_->consumer.reset();
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
+  base::Status st = base::Status::Ok();
+  if (rd_kafka_error_t* error = rd_kafka_consumer_close_queue(rk, queue); error != nullptr) {
+    st = base::Status::Unavailable(
+        fmt::format("leaving the group {}: {}", rep_->group, rd_kafka_error_string(error)));
+    rd_kafka_error_destroy(error);
   } else {
-    KeepUntilExit(std::move(rep_->consumer));
+    auto last_event = std::chrono::steady_clock::now();
+    while (!rd_kafka_consumer_closed(rk)) {
+      auto now = std::chrono::steady_clock::now();
+      if (rd_kafka_queue_poll_callback(queue, 100) > 0) {
+        last_event = now;
+      } else if (now - last_event >= std::chrono::milliseconds(rep_->options.close_stall_ms)) {
+        st = base::Status::DeadlineExceeded(fmt::format(
+            "leaving the group {}: librdkafka has not moved for {} ms; the group sees this "
+            "member leave at its session timeout instead",
+            rep_->group, rep_->options.close_stall_ms));
+        break;
+      }
+    }
+  }
+  if (!st.ok() && st.code() == base::StatusCode::kDeadlineExceeded) {
+    KeepUntilExit(std::move(rep_->consumer), queue);
+  } else {
+    rd_kafka_queue_destroy(queue);
+    if (rep_->assigned_once) {
+      rep_->consumer.reset();
+    } else {
+      KeepUntilExit(std::move(rep_->consumer), nullptr);
+    }
   }
   std::lock_guard<std::mutex> lock(rep_->mu);
   rep_->owned.clear();

@@ -405,6 +405,49 @@ TEST_F(DeltasOwnershipTest, AKilledMembersPartitionsMoveAfterTheSessionTimeout) 
   EXPECT_TRUE(Union(e1, 'L').empty());
 }
 
+TEST_F(DeltasOwnershipTest, ACloseThatStallsIsGivenUpAndTheRevocationStillRuns) {
+  struct Recorder : OwnershipListener {
+    void Assigned(std::vector<PartitionStart>*) override {}
+    void Revoked(const std::vector<int32_t>& ps) override { revoked.insert(ps.begin(), ps.end()); }
+    void Lost(const std::vector<int32_t>& ps) override { lost.insert(ps.begin(), ps.end()); }
+    std::set<int32_t> revoked, lost;
+  } listener;
+  OwnershipOptions options;
+  options.kafka = MemberKafka(cluster_.bootstrap());
+  options.group = kGroup;
+  options.client_id = "stalling";
+  options.close_stall_ms = 1500;
+  auto own = DeltasOwnership::Start(options, &listener);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        (void)(*own)->Poll(50);
+        return (*own)->Owned().size() == static_cast<size_t>(kPartitions);
+      },
+      kSettleMs));
+
+  // The coordinator holds its answer to the LeaveGroup for a minute: the
+  // close waits for it (as for the assign call librdkafka 2.0.2 waits for
+  // forever when an assignment meets a close).
+  constexpr int16_t kLeaveGroup = 13;  // the LeaveGroup request's ApiKey
+  ASSERT_EQ(rd_kafka_mock_broker_push_request_error_rtts(cluster_.mock(), 1, kLeaveGroup, 1,
+                                                         RD_KAFKA_RESP_ERR_NO_ERROR, 60000),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+  auto t = Clock::now();
+  base::Status st = (*own)->Close();
+  const int64_t ms = MsSince(t);
+  std::printf("close returned after %lld ms: %s\n", static_cast<long long>(ms),
+              st.ToString().c_str());
+  EXPECT_EQ(st.code(), base::StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_GE(ms, options.close_stall_ms);
+  EXPECT_LT(ms, options.close_stall_ms + 5000);
+  // What the member owned was revoked in order (its windows committed) first.
+  EXPECT_EQ(listener.revoked.size(), static_cast<size_t>(kPartitions));
+  EXPECT_TRUE(listener.lost.empty());
+  EXPECT_TRUE((*own)->Owned().empty());
+  EXPECT_TRUE((*own)->Close().ok());  // a second call is a no-op
+}
+
 TEST_F(DeltasOwnershipTest, AMemberTheCoordinatorFencesIsToldItsPartitionsAreLost) {
   Member m1(1, cluster_.bootstrap(), &ledger_);
   auto t = Clock::now();

@@ -102,6 +102,9 @@ struct OwnershipOptions {
   // partitions are then assigned paused at the log's end, so this consumer
   // fetches nothing, and Poll() returns no messages (only serves the group).
   bool fetch = true;
+  // Close() gives up on leaving the group when librdkafka has had nothing
+  // to hand it (no rebalance callback, no answer) for this long.
+  int close_stall_ms = 10000;
 };
 
 // Where Assigned() wants a partition read from.
@@ -154,7 +157,11 @@ class DeltasOwnership {
   // the session timeout; a static member sends no LeaveGroup and its
   // partitions wait for it). Destroys the consumer; one the group never
   // gave an assignment is kept, closed, until the process exits (librdkafka
-  // 2.0.2 aborts destroying it). A second call is a no-op.
+  // 2.0.2 aborts destroying it). A close that stalls for close_stall_ms
+  // (librdkafka 2.0.2 never ends one that an assignment met, issue 4527)
+  // is given up: DeadlineExceeded, the consumer is kept until the process
+  // exits, and the group sees the member leave at its session timeout. A
+  // second call is a no-op.
   base::Status Close();
 
   // Destroys the consumer without leaving the group, as a crash would: the
