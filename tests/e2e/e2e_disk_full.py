@@ -10,7 +10,8 @@ filler file (fallocate) takes the room that is left while events flow.
 2. RocksDB's own full disk (`--min-free-mb 0`): the filler takes every
    byte, so RocksDB's WAL, flushes and MANIFEST writes fail with ENOSPC.
    Same checks: no crash, 503 while full, reads 200, resumes by itself once
-   the filler goes, every count equals the model.
+   the filler goes, every count equals the model. Space RocksDB gives back
+   meanwhile is taken at once, so the disk stays full until the filler goes.
 3. A restart on the still-full disk (`tally up` SIGKILLed there and started
    again): no abort; it either serves reads (/healthz 503 naming the disk)
    or exits 1 with one line naming it. The filler goes: every count equals
@@ -26,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +91,40 @@ def fill(path, leave):
         os.close(fd)
     log("filler: %.1f MiB, %.2f MiB left free" % (os.path.getsize(filler) / 2**20, free_bytes(path) / 2**20))
     return filler
+
+
+class KeepFull:
+    """Takes, every 10 ms, whatever space comes free on the disk (a WAL's
+    preallocation given back when RocksDB closes a partition after a failed
+    write, say), into a second filler, so that the disk stays full to the
+    last byte until stop()."""
+
+    def __init__(self, path):
+        self.path = os.path.join(path, "filler-2")
+        self.stopping = threading.Event()
+        self.taken = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            while not self.stopping.wait(0.01):
+                extra = free_bytes(os.path.dirname(self.path))
+                if extra > 0:
+                    try:
+                        os.posix_fallocate(fd, os.fstat(fd).st_size, extra)
+                        self.taken += extra
+                    except OSError:
+                        pass
+        finally:
+            os.close(fd)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+        os.remove(self.path)
+        log("the disk was kept full: %.2f MiB given back meanwhile were taken" % (self.taken / 2**20))
 
 
 def health(client):
@@ -196,12 +232,13 @@ def main():
             # ---- round 2: RocksDB's own ENOSPC ------------------------------------
             up, client = start("up-2.log", 0)
             filler = fill(state, leave=0)
+            # What RocksDB gives back meanwhile (a WAL's preallocation, a
+            # partition closed after a failed write) is taken at once, or a
+            # retry would get through and end the full disk early.
+            keep = KeepFull(state)
             deadline = time.monotonic() + 40
             while health(client)[0] != 503 and time.monotonic() < deadline and up.alive():
                 publish(2000)
-                if free_bytes(state) > 0:  # a WAL file gave back its preallocation
-                    os.remove(filler)
-                    filler = fill(state, leave=0)
             # More windows against the full disk: WAL writes, flushes and
             # RocksDB's own recovery attempts all meet ENOSPC meanwhile.
             publish(2000)
@@ -216,6 +253,7 @@ def main():
             errors = tallyctl.log_lines(h.path("up-2.log"), "ERROR")
             h.check(1 <= len(errors) <= 2, "%d ERROR lines for one full disk:\n  %s" % (
                 len(errors), "\n  ".join(e[:200] for e in errors[:5])))
+            keep.stop()
             os.remove(filler)
             log("filler removed: %.1f MiB free" % (free_bytes(state) / 2**20))
             tallyctl.wait_healthy(client, timeout=60, proc=up)
