@@ -279,11 +279,20 @@ base::Status DeltasOwnership::Close() {
         fmt::format("leaving the group {}: {}", rep_->group, rd_kafka_error_string(error)));
     rd_kafka_error_destroy(error);
   } else {
+    // Served as events, as rd_kafka_consumer_close() serves them: the
+    // rebalance goes to Rebalance(); whatever else the consumer's queue
+    // holds (messages fetched before the revocation, errors) is dropped.
+    // (Served as callbacks, a message aborts librdkafka: no callback takes
+    // it.)
     auto last_event = std::chrono::steady_clock::now();
     while (!rd_kafka_consumer_closed(rk)) {
       auto now = std::chrono::steady_clock::now();
-      if (rd_kafka_queue_poll_callback(queue, 100) > 0) {
+      if (rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, 100); ev != nullptr) {
         last_event = now;
+        if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE) {
+          rep_->Rebalance(rk, rd_kafka_event_error(ev), rd_kafka_event_topic_partition_list(ev));
+        }
+        rd_kafka_event_destroy(ev);
       } else if (now - last_event >= std::chrono::milliseconds(rep_->options.close_stall_ms)) {
         st = base::Status::DeadlineExceeded(fmt::format(
             "leaving the group {}: librdkafka has not moved for {} ms; the group sees this "

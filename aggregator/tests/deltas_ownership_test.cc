@@ -64,6 +64,35 @@ base::KafkaOptions MemberKafka(const std::string& brokers) {
   return kafka;
 }
 
+// `n` one-byte records in every partition of the deltas topic.
+void ProduceToEveryPartition(const std::string& brokers, int n) {
+  base::KafkaOptions kafka;
+  kafka.brokers = brokers;
+  kafka.overrides = {{"log_level", "0"}};
+  auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka, {});
+  ASSERT_TRUE(conf.ok());
+  auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
+  ASSERT_TRUE(producer.ok());
+  for (int i = 0; i < n; ++i) {
+    for (int32_t p = 0; p < kPartitions; ++p) {
+      ASSERT_EQ(
+          rd_kafka_producev(producer->get(), RD_KAFKA_V_TOPIC(base::kDeltasTopic.data()),
+                            RD_KAFKA_V_PARTITION(p), RD_KAFKA_V_VALUE(const_cast<char*>("x"), 1),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+          RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+  }
+  ASSERT_EQ(rd_kafka_flush(producer->get(), 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+// Records what the group tells a member polled by the test itself.
+struct Recorder : OwnershipListener {
+  void Assigned(std::vector<PartitionStart>*) override {}
+  void Revoked(const std::vector<int32_t>& ps) override { revoked.insert(ps.begin(), ps.end()); }
+  void Lost(const std::vector<int32_t>& ps) override { lost.insert(ps.begin(), ps.end()); }
+  std::set<int32_t> revoked, lost;
+};
+
 // Who owns each partition across the members of this process, updated by
 // their listeners: an orderly move never gives a partition to a member
 // before its owner gave it up.
@@ -290,23 +319,7 @@ class DeltasOwnershipTest : public ::testing::Test {
 
 TEST_F(DeltasOwnershipTest, JoiningMembersTakeOnlyWhatTheyGetAndReadTheirPartitions) {
   // One record in every partition, for the first member to read.
-  {
-    base::KafkaOptions kafka;
-    kafka.brokers = cluster_.bootstrap();
-    kafka.overrides = {{"log_level", "0"}};
-    auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, kafka, {});
-    ASSERT_TRUE(conf.ok());
-    auto producer = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
-    ASSERT_TRUE(producer.ok());
-    for (int32_t p = 0; p < kPartitions; ++p) {
-      ASSERT_EQ(
-          rd_kafka_producev(producer->get(), RD_KAFKA_V_TOPIC(base::kDeltasTopic.data()),
-                            RD_KAFKA_V_PARTITION(p), RD_KAFKA_V_VALUE(const_cast<char*>("x"), 1),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
-          RD_KAFKA_RESP_ERR_NO_ERROR);
-    }
-    ASSERT_EQ(rd_kafka_flush(producer->get(), 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
-  }
+  ProduceToEveryPartition(cluster_.bootstrap(), 1);
 
   auto t = Clock::now();
   Member m1(1, cluster_.bootstrap(), &ledger_);
@@ -405,13 +418,34 @@ TEST_F(DeltasOwnershipTest, AKilledMembersPartitionsMoveAfterTheSessionTimeout) 
   EXPECT_TRUE(Union(e1, 'L').empty());
 }
 
+TEST_F(DeltasOwnershipTest, ACloseWithFetchedMessagesLeftUnreadEndsCleanly) {
+  ProduceToEveryPartition(cluster_.bootstrap(), 100);
+  Recorder listener;
+  OwnershipOptions options;
+  options.kafka = MemberKafka(cluster_.bootstrap());
+  options.group = kGroup;
+  options.client_id = "unread";
+  auto own = DeltasOwnership::Start(options, &listener);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  bool read_one = false;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        base::KafkaMessage m = (*own)->Poll(50);
+        read_one = read_one || (m && !m->err);
+        return read_one && (*own)->Owned().size() == static_cast<size_t>(kPartitions);
+      },
+      kSettleMs));
+  // Not polled meanwhile: the fetcher fills the consumer's queue, which the
+  // close then meets.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  base::Status st = (*own)->Close();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(listener.revoked.size(), static_cast<size_t>(kPartitions));
+  EXPECT_TRUE(listener.lost.empty());
+}
+
 TEST_F(DeltasOwnershipTest, ACloseThatStallsIsGivenUpAndTheRevocationStillRuns) {
-  struct Recorder : OwnershipListener {
-    void Assigned(std::vector<PartitionStart>*) override {}
-    void Revoked(const std::vector<int32_t>& ps) override { revoked.insert(ps.begin(), ps.end()); }
-    void Lost(const std::vector<int32_t>& ps) override { lost.insert(ps.begin(), ps.end()); }
-    std::set<int32_t> revoked, lost;
-  } listener;
+  Recorder listener;
   OwnershipOptions options;
   options.kafka = MemberKafka(cluster_.bootstrap());
   options.group = kGroup;
