@@ -15,7 +15,7 @@ Result<KafkaHandle> MakeConsumer(const KafkaOptions& kafka, const ConsumerSettin
   if (!settings.store_offsets) defaults["enable.auto.offset.store"] = "false";
   if (settings.partition_eof) defaults["enable.partition.eof"] = "true";
   if (settings.offset_reset_is_error) defaults["auto.offset.reset"] = "error";
-  if (settings.short_fetch_wait) defaults["fetch.wait.max.ms"] = "10";
+  if (settings.short_fetch_wait) defaults["fetch.wait.max.ms"] = kafka.embedded ? "10" : "100";
   for (const auto& [k, v] : settings.extra) defaults[k] = v;
   auto conf = MakeKafkaConf(RD_KAFKA_CONSUMER, kafka, defaults);
   if (!conf.ok()) return conf.status();

@@ -44,11 +44,15 @@ struct ConsumerSettings {
   // (aggregator/README.md, "Offsets outside the log"). false: librdkafka's
   // default.
   bool offset_reset_is_error = true;
-  // fetch.wait.max.ms=10, for freshness: a fetch that finds nothing new
-  // comes back within 10 ms. Kafka answers a long poll as soon as data
-  // arrives, but the embedded broker holds an empty fetch for the whole
-  // wait (500 ms by default) and lets the record that arrives meanwhile
-  // wait with it. For the router and the applier.
+  // For freshness, a short fetch.wait.max.ms. On the embedded broker 10
+  // ms: it holds an empty fetch for the whole wait (500 ms by default) and
+  // lets the record that arrives meanwhile wait with it. On Kafka 100 ms:
+  // Kafka answers a long poll as soon as a record arrives, so a longer
+  // wait costs no freshness, and it is ten fetches a second per broker
+  // where 10 ms made a hundred with nothing to read (librdkafka sends a
+  // broker's next fetch once the last came back, so a partition assigned
+  // or resumed meanwhile waits up to that long: 100, not 500). For the
+  // router, the applier, the group's ownership and the directory.
   bool short_fetch_wait = false;
   // Further settings; --kafka overrides still win.
   std::map<std::string, std::string> extra;
