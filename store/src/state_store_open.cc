@@ -2,6 +2,7 @@
 // cluster) and HELD file (the partitions its writer holds), the RocksDB
 // options every partition shares, and the partitions, opened concurrently.
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/convenience.h>
@@ -279,8 +280,28 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   // count from (that would serve wrong counts silently). Unless the caller
   // names the partitions: a cluster member opens those it now holds, and
   // one it never held starts empty and is replayed from the deltas' start.
-  const bool create_missing =
-      !options.read_only && (create_meta || options.open_partitions.has_value());
+  bool create_missing = !options.read_only && (create_meta || options.open_partitions.has_value());
+  // Every partition opened, of a state that was a cluster member's (it has
+  // HELD): the partitions it did not hold start empty and are applied from
+  // the deltas' start, as a member's new ones are. One it held must be there.
+  if (!options.read_only && !create_missing) {
+    auto held = ReadHeldFile(dir, n);
+    if (!held.ok()) return held.status();
+    if (held->has_value() && (*held)->size() < n) {
+      auto present = PeekHeldPartitions(dir);  // each held one has its directory
+      if (!present.ok()) return present.status();
+      std::vector<uint32_t> fresh;
+      for (uint32_t p = 0; p < n; p++) {
+        if (!std::binary_search((*held)->begin(), (*held)->end(), p)) fresh.push_back(p);
+      }
+      TALLY_LOG_INFO("store",
+                     "{} was a cluster member's state, which held {} of {} partitions: {} {} {} "
+                     "empty, to be applied from the start of tally.deltas",
+                     dir, (*held)->size(), n, fresh.size() == 1 ? "partition" : "partitions",
+                     fmt::join(fresh, ", "), fresh.size() == 1 ? "starts" : "start");
+      create_missing = true;
+    }
+  }
 
   rocksdb::Options db_options;
   // A record torn by a crash at the end of the WAL is dropped (it was never

@@ -134,6 +134,42 @@ TEST_F(HeldPartitionsTest, OpensOnlyTheListedPartitionsAndRecordsTheFullCount) {
 
 // With none held, every read and write answers NotHeldError (HasNotice:
 // false), never a crash; what spans partitions names all it missed.
+TEST_F(HeldPartitionsTest, AMembersStateOpenedWholeCreatesWhatItDidNotHoldButNotWhatItDid) {
+  {
+    auto member = OpenOrDie(std::vector<uint32_t>{0, 2});
+    ASSERT_TRUE(AddLikes(member.get(), IdIn(0), 3, 7).ok());
+  }
+  // One process over a member's state: what the member did not hold starts
+  // empty (progress 0, applied from the deltas' start), what it held is kept.
+  {
+    auto whole = OpenOrDie();
+    ASSERT_NE(whole, nullptr);
+    EXPECT_EQ(whole->HeldPartitions(), (std::vector<uint32_t>{0, 1, 2, 3}));
+    EXPECT_EQ(Likes(whole.get(), IdIn(0)), 3);
+    EXPECT_EQ(Likes(whole.get(), IdIn(1)), 0);
+    EXPECT_EQ(whole->partition(0)->LoadProgress()->next_deltas_offset, 7);
+    EXPECT_EQ(whole->partition(1)->LoadProgress()->next_deltas_offset, 0);
+  }
+  EXPECT_EQ(RecordedHeld(), (std::vector<uint32_t>{0, 1, 2, 3}));
+  // Now every partition is held: a missing one is damage again.
+  fs::remove_all(PartitionDir(3));
+  auto damaged = StateStore::Open(options_);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find("partition-003"), std::string::npos)
+      << damaged.status().ToString();
+}
+
+TEST_F(HeldPartitionsTest, AMembersStateMissingAPartitionItHeldIsDamageWhenOpenedWhole) {
+  { auto member = OpenOrDie(std::vector<uint32_t>{0, 2}); }
+  fs::remove_all(PartitionDir(2));
+  auto damaged = StateStore::Open(options_);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), base::StatusCode::kCorruption) << damaged.status().ToString();
+  EXPECT_NE(damaged.status().message().find("partition-002"), std::string::npos)
+      << damaged.status().ToString();
+  EXPECT_FALSE(fs::exists(PartitionDir(1)));  // nothing created on the way
+}
+
 TEST_F(HeldPartitionsTest, EveryReadAndWriteOfAPartitionNotHeldSaysSo) {
   auto store = OpenOrDie(std::vector<uint32_t>{});
   EXPECT_TRUE(store->HeldPartitions().empty());
@@ -413,11 +449,14 @@ TEST_F(HeldPartitionsTest, DropDeletesThePartitionAndALaterOpenStartsEmpty) {
   store.reset();
   EXPECT_EQ(RecordedPartitions(), kParts);
 
-  // Every partition by default: a missing one is damage, as always.
+  // Every partition by default: a missing one that was held is damage, as
+  // always (the one dropped was not held: it would start empty).
+  fs::remove_all(PartitionDir(2));
   auto all = StateStore::Open(options_);
   ASSERT_FALSE(all.ok());
-  EXPECT_NE(all.status().message().find("partition-001"), std::string::npos)
+  EXPECT_NE(all.status().message().find("partition-002"), std::string::npos)
       << all.status().ToString();
+  EXPECT_FALSE(fs::exists(PartitionDir(1)));
   // Named, it starts empty.
   store = OpenOrDie(std::vector<uint32_t>{1, 2});
   EXPECT_EQ(Likes(store.get(), post), 0);
