@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "aggregator/window_applier.h"
 #include "applier_rep.h"
@@ -54,6 +55,7 @@ base::Result<std::unique_ptr<WindowApplier>> Applier::Rep::NewApplier(int32_t p)
       store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
       store->options().viewed, store->options().dedup_hours * 3600000LL);
   TALLY_RETURN_IF_ERROR(wa->Load());
+  if (p == global_partition) wa->set_relisting_until(std::exchange(relisting_until, 0));
   return wa;
 }
 

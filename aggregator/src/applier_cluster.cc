@@ -34,6 +34,9 @@ Status Applier::Rep::RestoreInFullIfGlobalOnly(const char* why) {
   auto only = part->LoadGlobalOnly();
   if (!only.ok()) return only.status();
   if (!*only) return Status::Ok();
+  auto progress = part->LoadProgress();
+  if (!progress.ok()) return progress.status();
+  relisting_until = progress->next_deltas_offset;
   store::PartitionBatch b;
   b.DropAllButGlobal();  // nothing but the "viewed" tables' record, kept since
   b.DropEventIds();

@@ -104,6 +104,10 @@ struct Applier::Rep : public OwnershipListener {
   // next offset (a message fetched before the consumer was assigned again
   // must not make it skip ahead).
   bool resync_global = false;
+  // The offset a global-only copy of that partition had reached when
+  // RestoreInFullIfGlobalOnly made it whole: its next applier expects the
+  // notices before it to be listed already (set_relisting_until).
+  int64_t relisting_until = 0;
   std::unique_ptr<DeltasOwnership> ownership;
   int32_t global_partition = 0;
   bool reassign = false;  // the set applied changed: assign the consumer again

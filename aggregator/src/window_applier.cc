@@ -207,6 +207,7 @@ void WindowApplier::ApplyOne(const Delta& d, uint32_t* derived_index, int64_t of
       // any order), and an id already listed is a repeat, ignored. Which
       // copy is the first is fixed by tally.deltas, so replay keeps it.
       if (NoticeListed(d.member)) {
+        if (offset < relisting_until_) break;
         stats_.repeated_notices++;
         TALLY_LOG_WARN_LIMITED(repeated_notice_log_, "applier",
                                "{}/{} offset {}: notice {} ignored, already in the list",

@@ -7,7 +7,9 @@ rebalance (3 s on the embedded broker); the backlog must be visible, exact,
 and the member must say so in its log. Then a second member joins: the
 first one's router must join the group, the partitions must split between
 the two, and every count on both must still equal the model, with more
-events published during the handover. Last, a lone member of another
+events published during the handover. The member that held the notices'
+partition for its global entity only then has its state run by one
+process, which makes that partition whole again. Last, a lone member of another
 cluster whose router group already has a member without a directory
 record (`tally aggregate --role router`) must join the group once the
 group refuses its standalone commits, counting every record once.
@@ -47,6 +49,19 @@ def settled(client, members):
         return False
     ms = r.json()["members"]
     return len(ms) == members and all(m["owns"] and not m["restoring"] for m in ms)
+
+
+def global_only_at_stop(log_path):
+    """True when the member's log last said that it applies the partition of
+    the notices for its global entity only."""
+    last = None
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if "applying its global entity only" in line:
+                last = "only"
+            elif "held for its global entity only until now" in line:
+                last = "whole"
+    return last == "only"
 
 
 def main():
@@ -91,6 +106,28 @@ def main():
         h.checkpoint("after a second member joined (%d records)" % published)
 
         stop_cleanly(h, (b, a))
+
+        # The member that neither owned nor stood by for the partition of
+        # the notices held it for its global entity only. Its state run by
+        # one process (`tally aggregate` without --advertise applies every
+        # partition) makes that partition whole again from offset 0, over the
+        # notices and red dots it kept, and every count equals the model.
+        only = [n for n in ("a", "b") if global_only_at_stop(h.path(n + ".log"))]
+        h.check(len(only) == 1, "one member should hold the notices' partition global-only, not %s" % only)
+        if only:
+            name = only[0]
+            agg = h.spawn("tally aggregate " + name,
+                          [h.tally, "aggregate", "--brokers", brokers, "--state-dir", h.path(name)],
+                          "aggregate-" + name + ".log")
+            serve, cs = h.start_serve(brokers, h.path(name), tallyctl.free_port(), log_name="serve-" + name + ".log")
+            tallyctl.wait_until("the global-only partition to be made whole",
+                                lambda: tallyctl.log_lines(h.path("aggregate-" + name + ".log"),
+                                                           "one process applies every partition in full"),
+                                60, proc=agg)
+            tallyctl.wait_lag_zero(cs, timeout=120, proc=agg, min_input_end=published)
+            checks.check_counts(h, cs, w.model)
+            stop_cleanly(h, (serve, agg))
+            h.checkpoint("member %s's state, its notices' partition global-only, run by one process" % name)
 
         # Another cluster (--group solo) on the same topics, whose router
         # group already has a member with no directory record (`tally

@@ -133,6 +133,13 @@ class WindowApplier {
   void set_global_only(bool global_only) { global_only_ = global_only; }
   bool global_only() const { return global_only_; }
 
+  // A notice listed again from a deltas offset below `offset` is expected,
+  // not a repeat: the partition is being applied again from offset 0 over
+  // the notices a global-only copy kept up to `offset`. It is ignored as
+  // any listed notice is, but neither logged nor counted in
+  // WindowStats::repeated_notices. 0 (the default): none expected.
+  void set_relisting_until(int64_t offset) { relisting_until_ = offset; }
+
   // Returns the counts since the last call and resets them.
   WindowStats TakeStats() {
     WindowStats s = stats_;
@@ -215,6 +222,7 @@ class WindowApplier {
   WindowStats stats_;
   base::HotKeys* hot_posts_ = nullptr;
   bool global_only_ = false;
+  int64_t relisting_until_ = 0;
   // A producer whose notice ids restart (a second `tally produce --gen`, a
   // reset sequence) sends one repeated notice after another.
   base::LogLimiter repeated_notice_log_{10, 10000};
