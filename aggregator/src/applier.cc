@@ -68,13 +68,18 @@ void Applier::Rep::OnDelivery(const rd_kafka_message_t& m) {
   }
 }
 
-Status Applier::Rep::AssignAll() {
+Status Applier::Rep::CheckPartitionCount() {
   auto count = base::PartitionCount(consumer.get(), o.deltas_topic, 30000);
   if (!count.ok()) return count.status().WithContext("applier");
   if (static_cast<uint32_t>(*count) != store->partitions()) {
     return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}",
                                                   o.deltas_topic, *count, store->partitions()));
   }
+  return Status::Ok();
+}
+
+Status Applier::Rep::AssignAll() {
+  TALLY_RETURN_IF_ERROR(CheckPartitionCount());
   base::KafkaPartitionList parts(
       rd_kafka_topic_partition_list_new(static_cast<int>(store->partitions())));
   for (uint32_t p = 0; p < store->partitions(); p++) {

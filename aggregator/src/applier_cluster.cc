@@ -456,12 +456,7 @@ Status Applier::Rep::ClusterStep() {
 }
 
 Status Applier::Rep::StartCluster() {
-  auto count = base::PartitionCount(consumer.get(), o.deltas_topic, 30000);
-  if (!count.ok()) return count.status().WithContext("applier");
-  if (static_cast<uint32_t>(*count) != store->partitions()) {
-    return Status::FailedPrecondition(fmt::format("{} has {} partitions but the state has {}",
-                                                  o.deltas_topic, *count, store->partitions()));
-  }
+  TALLY_RETURN_IF_ERROR(CheckPartitionCount());
   OwnershipOptions oo;
   oo.kafka = o.kafka;
   oo.group = o.group;

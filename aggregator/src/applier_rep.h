@@ -136,6 +136,10 @@ struct Applier::Rep : public OwnershipListener {
   // in WaitDerivedAcknowledged).
   void OnDelivery(const rd_kafka_message_t& m);
 
+  // FailedPrecondition unless the deltas topic has the state's partition
+  // count; what the look-up answered if it failed.
+  Status CheckPartitionCount();
+
   // Takes every partition of the state: the state directory holds them all
   // and the HTTP tier answers from it, so one applier must apply them all.
   // No consumer group: the offsets that count are the ones in RocksDB (a
