@@ -302,7 +302,7 @@ base::Status DeltasOwnership::Close() {
       }
     }
   }
-  if (!st.ok() && st.code() == base::StatusCode::kDeadlineExceeded) {
+  if (st.code() == base::StatusCode::kDeadlineExceeded) {
     KeepUntilExit(std::move(rep_->consumer), queue);
   } else {
     rd_kafka_queue_destroy(queue);
