@@ -32,6 +32,8 @@
 
 namespace tally::store {
 
+// Every kind but kMeta is one ASCII letter: PartitionBatch::DropAllButGlobal
+// deletes the ranges between the kinds it keeps.
 enum class RecordKind : char {
   kPostCounters = 'p',
   kUserCounters = 'u',

@@ -119,17 +119,23 @@ void PartitionBatch::SetProgress(const Progress& progress) {
   rep_->wb.Put(rocksdb::Slice(kProgressKey.data(), kProgressKey.size()), rep_->value);
 }
 void PartitionBatch::DropAllButGlobal() {
-  // Every kind keyed by a post or a user, and the "viewed" tables (a new
-  // applier starts them again). Kept: 'N' and 'd' (kGlobalEntity's), 'i'
-  // (event ids), the progress and the notice count.
-  for (RecordKind kind :
-       {RecordKind::kPostCounters, RecordKind::kUserCounters, RecordKind::kUnreadCounters,
-        RecordKind::kLikeEdge, RecordKind::kFollowEdge, RecordKind::kNoticeRead,
-        RecordKind::kUserRedDot, RecordKind::kFeedSnapshot, RecordKind::kViewChunk}) {
-    const char from = static_cast<char>(kind);
-    const char to = static_cast<char>(from + 1);
-    rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&to, 1));
+  // Everything but what a global-only partition holds (keys.h): the
+  // ranges between the kept kinds, so that a record kind added later is
+  // dropped too unless it is added here. Of the meta records, the "viewed"
+  // tables go (a new applier starts them again); the progress, the notice
+  // count and the mark stay.
+  constexpr char kKept[] = {static_cast<char>(RecordKind::kNotice),
+                            static_cast<char>(RecordKind::kRedDot),
+                            static_cast<char>(RecordKind::kEventId)};
+  static_assert(kKept[0] < kKept[1] && kKept[1] < kKept[2], "kept kinds in key order");
+  static_assert(static_cast<char>(RecordKind::kMeta) == '\0', "meta records sort first");
+  char from = '\x01';
+  for (char kept : kKept) {
+    rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&kept, 1));
+    from = static_cast<char>(kept + 1);
   }
+  const char end = '\x7f';  // past every kind (ASCII letters)
+  rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&end, 1));
   rep_->wb.Delete(rocksdb::Slice(kViewedKey.data(), kViewedKey.size()));
   rep_->drop_cached = true;
 }
