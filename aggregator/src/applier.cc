@@ -55,7 +55,6 @@ base::Result<std::unique_ptr<WindowApplier>> Applier::Rep::NewApplier(int32_t p)
       store->partition(static_cast<uint32_t>(p)), o.deltas_topic, store->partitions(),
       store->options().viewed, store->options().dedup_hours * 3600000LL);
   TALLY_RETURN_IF_ERROR(wa->Load());
-  if (p == global_partition) wa->set_relisting_until(std::exchange(relisting_until, 0));
   return wa;
 }
 
@@ -83,13 +82,16 @@ Status Applier::Rep::AssignAll() {
   base::KafkaPartitionList parts(
       rd_kafka_topic_partition_list_new(static_cast<int>(store->partitions())));
   for (uint32_t p = 0; p < store->partitions(); p++) {
+    int64_t relisting_until = 0;
     if (static_cast<int32_t>(p) == global_partition) {
-      TALLY_RETURN_IF_ERROR(
-          RestoreInFullIfGlobalOnly("one process applies every partition in full"));
+      auto restored = RestoreInFullIfGlobalOnly("one process applies every partition in full");
+      if (!restored.ok()) return restored.status();
+      relisting_until = *restored;
     }
     auto made = NewApplier(static_cast<int32_t>(p));
     if (!made.ok()) return made.status();
     std::unique_ptr<WindowApplier> wa = std::move(made).value();
+    wa->set_relisting_until(relisting_until);
     wa->set_hot_posts(o.hot_posts);
     int64_t offset = wa->progress().next_deltas_offset;
     rd_kafka_topic_partition_list_add(parts.get(), o.deltas_topic.c_str(), static_cast<int32_t>(p))

@@ -29,14 +29,13 @@ Status Applier::Rep::AssignApplied() {
   return base::Assign(consumer.get(), parts.get(), "assigning the deltas partitions applied here");
 }
 
-Status Applier::Rep::RestoreInFullIfGlobalOnly(const char* why) {
+base::Result<int64_t> Applier::Rep::RestoreInFullIfGlobalOnly(const char* why) {
   store::Partition* part = store->partition(static_cast<uint32_t>(global_partition));
   auto only = part->LoadGlobalOnly();
   if (!only.ok()) return only.status();
-  if (!*only) return Status::Ok();
+  if (!*only) return int64_t{0};
   auto progress = part->LoadProgress();
   if (!progress.ok()) return progress.status();
-  relisting_until = progress->next_deltas_offset;
   store::PartitionBatch b;
   b.DropAllButGlobal();  // nothing but the "viewed" tables' record, kept since
   b.DropEventIds();
@@ -47,7 +46,7 @@ Status Applier::Rep::RestoreInFullIfGlobalOnly(const char* why) {
                  "{}/{}: held for its global entity only until now; {}: applying it in full "
                  "from offset 0 (its notices and red dots are still read meanwhile)",
                  o.deltas_topic, global_partition, why);
-  return Status::Ok();
+  return progress->next_deltas_offset;
 }
 
 Status Applier::Rep::HoldGlobalOnly(const char* why, bool current) {
@@ -89,17 +88,20 @@ Status Applier::Rep::HoldGlobalOnly(const char* why, bool current) {
 
 Status Applier::Rep::StartApplying(int32_t p, bool owner) {
   TALLY_RETURN_IF_ERROR(store->OpenPartition(static_cast<uint32_t>(p)));
+  int64_t relisting_until = 0;
   if (p == global_partition && global_only.on) {
     TALLY_RETURN_IF_ERROR(FlushAll());
     TALLY_RETURN_IF_ERROR(FinishCommits());
-    TALLY_RETURN_IF_ERROR(
-        RestoreInFullIfGlobalOnly(owner ? "owned here now" : "a standby here now"));
+    auto restored = RestoreInFullIfGlobalOnly(owner ? "owned here now" : "a standby here now");
+    if (!restored.ok()) return restored.status();
+    relisting_until = *restored;
     global_only = GlobalOnly();
     resync_global = true;
   }
   auto made = NewApplier(p);
   if (!made.ok()) return made.status();
   std::unique_ptr<WindowApplier> wa = std::move(made).value();
+  wa->set_relisting_until(relisting_until);
   TALLY_LOG_INFO(kLog, "{}/{}: applying from offset {} as {}", o.deltas_topic, p,
                  wa->progress().next_deltas_offset, owner ? "owner" : "standby");
   owned[p] = std::move(wa);

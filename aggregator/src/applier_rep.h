@@ -104,10 +104,6 @@ struct Applier::Rep : public OwnershipListener {
   // next offset (a message fetched before the consumer was assigned again
   // must not make it skip ahead).
   bool resync_global = false;
-  // The offset a global-only copy of that partition had reached when
-  // RestoreInFullIfGlobalOnly made it whole: its next applier expects the
-  // notices before it to be listed already (set_relisting_until).
-  int64_t relisting_until = 0;
   std::unique_ptr<DeltasOwnership> ownership;
   int32_t global_partition = 0;
   bool reassign = false;  // the set applied changed: assign the consumer again
@@ -206,8 +202,11 @@ struct Applier::Rep : public OwnershipListener {
   // (GlobalOnly) is made whole again: its event ids and progress go, so it
   // is applied in full from offset 0, over the notices and red dots it
   // keeps (their deltas are idempotent: a listed notice id is ignored, a
-  // dot time is a maximum), which are read meanwhile as they were.
-  Status RestoreInFullIfGlobalOnly(const char* why);
+  // dot time is a maximum), which are read meanwhile as they were. The
+  // offset the global-only copy had reached, below which its next applier
+  // finds the notices listed already (set_relisting_until); 0 when the
+  // partition was whole.
+  base::Result<int64_t> RestoreInFullIfGlobalOnly(const char* why);
 
   // Applies the partition of kGlobalEntity here for its global entity only
   // (it is neither owned nor a standby here): a full copy held here first
