@@ -41,7 +41,11 @@ TEST(DropAllButGlobalTest, LeavesOnlyTheGlobalEntityTheEventIdsAndTheProgress) {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     std::unique_ptr<StateStore> store = std::move(s).value();
     PartitionBatch b;
-    CounterOp ops[4] = {CounterOp::Add(1), CounterOp::Add(1), CounterOp::Add(1), CounterOp::Add(1)};
+    // As many ops as the widest counter record has fields.
+    static_assert(schemas::kUnreadCounterKinds >= schemas::kPostFieldCount &&
+                  schemas::kUnreadCounterKinds >= schemas::kUserFieldCount);
+    CounterOp ops[schemas::kUnreadCounterKinds];
+    for (CounterOp& op : ops) op = CounterOp::Add(1);
     b.MergePostCounters(7, ops);
     b.MergeUserCounters(8, ops);
     b.MergeUnreadCounters(8, ops);
