@@ -136,13 +136,13 @@ struct Flags {
   bool keep = false;
   bool pin = true;                   // query workloads: server on CPU 0, clients on the others
   std::vector<std::string> up_args;  // extra flags for tally up
-  // The cluster workloads' own (cluster_workloads.h).
-  int64_t failover_partitions = 8;
-  int64_t failover_rate = 2000;
-  int64_t cluster_repeats = 3;
-  int64_t restore_events = 2000000;
-  int64_t cluster_events = 2000000;
-  int64_t cluster_rate = 50000;
+  // The cluster workloads' own, defaults from cluster_workloads.h.
+  int64_t failover_partitions = ClusterBenchOptions().failover_partitions;
+  int64_t failover_rate = ClusterBenchOptions().failover_rate;
+  int64_t cluster_repeats = ClusterBenchOptions().repeats;
+  int64_t restore_events = ClusterBenchOptions().restore_events;
+  int64_t cluster_events = ClusterBenchOptions().ingest_events;
+  int64_t cluster_rate = ClusterBenchOptions().ingest_rate;
 };
 
 double Mb(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
