@@ -170,4 +170,7 @@ void Progress(const std::string& line);
 // The value of "key": in a flat JSON object, as a number; NaN if absent.
 double JsonNumber(std::string_view json, std::string_view key);
 
+// The median of v's numbers, NaNs left out; NaN if none is left.
+double Median(std::vector<double> v);
+
 }  // namespace tally::bench

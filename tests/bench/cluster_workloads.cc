@@ -42,12 +42,6 @@ int64_t WallMs() {
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 double Min(const std::vector<double>& v) {
   return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
 }
