@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -346,6 +347,27 @@ double Median(std::vector<double> v) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+double Min(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
+}
+double Max(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::max_element(v.begin(), v.end());
+}
+
+std::string Times(const std::vector<double>& v) {
+  std::vector<std::string> s;
+  for (double x : v) s.push_back(fmt::format("{:.2f}", x));
+  return fmt::format("{}", fmt::join(s, ", "));
 }
 
 }  // namespace tally::bench

@@ -172,5 +172,14 @@ double JsonNumber(std::string_view json, std::string_view key);
 
 // The median of v's numbers, NaNs left out; NaN if none is left.
 double Median(std::vector<double> v);
+// The least and the greatest of v; NaN if v is empty.
+double Min(const std::vector<double>& v);
+double Max(const std::vector<double>& v);
+// "a, b, c" of seconds, for progress lines.
+std::string Times(const std::vector<double>& v);
+
+void SleepMs(int ms);
+// The wall clock, in ms since the epoch.
+int64_t WallMs();
 
 }  // namespace tally::bench
