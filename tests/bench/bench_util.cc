@@ -370,4 +370,20 @@ std::string Times(const std::vector<double>& v) {
   return fmt::format("{}", fmt::join(s, ", "));
 }
 
+base::Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::string& brokers,
+                                                                  std::string_view topic,
+                                                                  base::KafkaHandle* client) {
+  if (!*client) {
+    base::KafkaOptions ko;
+    ko.brokers = brokers;
+    ko.embedded = true;
+    auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, ko, {});
+    if (!conf.ok()) return conf.status();
+    auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
+    if (!rk.ok()) return rk.status();
+    *client = std::move(rk).value();
+  }
+  return base::QueryWatermarks(client->get(), topic, 10000);
+}
+
 }  // namespace tally::bench

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/kafka.h"
 #include "base/status.h"
 #include "testing/child_process.h"
 #include "testing/free_port.h"
@@ -177,6 +178,14 @@ double Min(const std::vector<double>& v);
 double Max(const std::vector<double>& v);
 // "a, b, c" of seconds, for progress lines.
 std::string Times(const std::vector<double>& v);
+
+// Every partition's low and high watermarks of `topic` on the embedded
+// broker at `brokers`, through *client, which the first query makes and
+// the next ones reuse: a new client would first connect, inside the time a
+// caller measures. Reset *client when the broker changes.
+base::Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::string& brokers,
+                                                                  std::string_view topic,
+                                                                  base::KafkaHandle* client);
 
 void SleepMs(int ms);
 // The wall clock, in ms since the epoch.

@@ -217,17 +217,7 @@ Status Cluster::WaitSettled(double timeout_s, const std::string& what,
 }
 
 Result<std::vector<base::PartitionOffsets>> Cluster::TopicWatermarks(std::string_view topic) {
-  if (!watermark_client_) {
-    base::KafkaOptions ko;
-    ko.brokers = brokers_;
-    ko.embedded = true;
-    auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, ko, {});
-    if (!conf.ok()) return conf.status();
-    auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
-    if (!rk.ok()) return rk.status();
-    watermark_client_ = std::move(rk).value();
-  }
-  return base::QueryWatermarks(watermark_client_.get(), topic, 10000);
+  return bench::TopicWatermarks(brokers_, topic, &watermark_client_);
 }
 
 Result<std::string> Cluster::Metrics(Member* m) {

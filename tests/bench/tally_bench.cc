@@ -215,20 +215,8 @@ Status Bench::WaitApplied(uint64_t events, double timeout_s, const std::string& 
   }
 }
 
-// Every partition's low and high watermarks, from the broker. One client
-// serves every query of a run: a new one would first connect, inside the
-// time a caller measures.
 Result<std::vector<base::PartitionOffsets>> Bench::TopicWatermarks(const std::string& topic) {
-  if (!watermark_client_) {
-    base::KafkaOptions ko;
-    ko.brokers = brokers_;
-    auto conf = base::MakeKafkaConf(RD_KAFKA_PRODUCER, ko, {});
-    if (!conf.ok()) return conf.status();
-    auto rk = base::MakeKafkaHandle(RD_KAFKA_PRODUCER, std::move(conf).value());
-    if (!rk.ok()) return rk.status();
-    watermark_client_ = std::move(rk).value();
-  }
-  return base::QueryWatermarks(watermark_client_.get(), topic, 10000);
+  return bench::TopicWatermarks(brokers_, topic, &watermark_client_);
 }
 
 // The broker keeps a bounded log per partition: a backlog that does not fit
