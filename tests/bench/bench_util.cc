@@ -116,19 +116,7 @@ int Process::Stop(double grace_s) { return child_.Terminate(Millis(grace_s)); }
 
 double Process::CpuSeconds() const {
   if (pid() <= 0) return 0;
-  std::string s = ReadFile(fmt::format("/proc/{}/stat", pid()));
-  size_t rp = s.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream in(s.substr(rp + 2));
-  std::string field;
-  // After ") ": state(3) ppid pgrp session tty tpgid flags minflt cminflt
-  // majflt cmajflt utime(14) stime(15).
-  uint64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && in >> field; i++) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return StatCpuSeconds(ReadFile(fmt::format("/proc/{}/stat", pid())));
 }
 
 uint64_t Process::RssBytes() const { return pid() > 0 ? StatusField(pid(), "VmRSS:") : 0; }
@@ -384,6 +372,21 @@ base::Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::str
     *client = std::move(rk).value();
   }
   return base::QueryWatermarks(client->get(), topic, 10000);
+}
+
+double StatCpuSeconds(std::string_view stat) {
+  size_t rp = stat.rfind(')');
+  if (rp == std::string_view::npos || rp + 2 > stat.size()) return 0;
+  std::istringstream in(std::string(stat.substr(rp + 2)));
+  std::string field;
+  // After ") ": state(3) ppid pgrp session tty tpgid flags minflt cminflt
+  // majflt cmajflt utime(14) stime(15).
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; i++) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace tally::bench

@@ -187,6 +187,10 @@ base::Result<std::vector<base::PartitionOffsets>> TopicWatermarks(const std::str
                                                                   std::string_view topic,
                                                                   base::KafkaHandle* client);
 
+// utime + stime, in seconds, of a /proc/PID/stat or /proc/PID/task/TID/stat
+// text; 0 if it is not one.
+double StatCpuSeconds(std::string_view stat);
+
 void SleepMs(int ms);
 // The wall clock, in ms since the epoch.
 int64_t WallMs();

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 
 #include "base/kafka.h"
 #include "schemas/delta.h"
@@ -305,22 +304,12 @@ double MetricValue(std::string_view body, std::string_view name) {
 std::map<std::string, std::pair<std::string, double>> ThreadCpu(pid_t pid) {
   std::map<std::string, std::pair<std::string, double>> out;
   std::error_code ec;
-  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
   for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
     std::ifstream in(e.path() / "stat");
     std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     size_t lp = s.find('('), rp = s.rfind(')');
     if (lp == std::string::npos || rp == std::string::npos) continue;
-    std::istringstream fields(s.substr(rp + 2));
-    std::string f;
-    uint64_t utime = 0, stime = 0;
-    // After ") ": state(3) ... utime(14) stime(15), as in Process::CpuSeconds.
-    for (int i = 3; i <= 15 && fields >> f; i++) {
-      if (i == 14) utime = std::stoull(f);
-      if (i == 15) stime = std::stoull(f);
-    }
-    out[e.path().filename().string()] = {s.substr(lp + 1, rp - lp - 1),
-                                         static_cast<double>(utime + stime) / tick};
+    out[e.path().filename().string()] = {s.substr(lp + 1, rp - lp - 1), StatCpuSeconds(s)};
   }
   return out;
 }
