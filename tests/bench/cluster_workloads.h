@@ -2,7 +2,8 @@
 // section 6): `tally up --brokers` members on one `tally broker`, each a
 // child process with its own state directory and HTTP port. They watch the
 // members through the members directory (tally.members), as a reader that
-// never publishes, and the members' GET /metrics, /proc and logs.
+// never publishes, and the members' GET /metrics, /proc and logs: the
+// harness of cluster_harness.h.
 //
 //   cluster_failover  3 members, a steady load; SIGKILL the member owning the
 //                     most partitions; seconds until each of its partitions
