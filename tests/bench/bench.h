@@ -58,11 +58,6 @@ struct Flags {
   int64_t cluster_rate = ClusterBenchOptions().ingest_rate;
 };
 
-inline double Mb(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
-// Sums "key":N over every object of a JSON text (the watermarks answer).
-double SumField(std::string_view json, std::string_view key);
-
 // HSETs a post's four counters (v) as the hash `key` into *pipe; the field
 // names, in order.
 std::array<std::string, 4> AddPostHash(RedisPipe* pipe, std::string_view key, const int64_t v[4]);

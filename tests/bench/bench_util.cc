@@ -306,6 +306,16 @@ double Samples::Percentile(double p) {
   return v_[lo] + (v_[hi] - v_[lo]) * (rank - static_cast<double>(lo));
 }
 
+double SumField(std::string_view json, std::string_view key) {
+  std::string needle = fmt::format("\"{}\":", key);
+  double sum = 0;
+  for (size_t at = json.find(needle); at != std::string_view::npos;
+       at = json.find(needle, at + 1)) {
+    sum += std::strtod(std::string(json.substr(at + needle.size(), 24)).c_str(), nullptr);
+  }
+  return sum;
+}
+
 double JsonNumber(std::string_view json, std::string_view key) {
   std::string needle = fmt::format("\"{}\":", key);
   size_t at = json.find(needle);

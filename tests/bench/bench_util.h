@@ -170,6 +170,12 @@ void Progress(const std::string& line);
 
 // The value of "key": in a flat JSON object, as a number; NaN if absent.
 double JsonNumber(std::string_view json, std::string_view key);
+// Sums "key":N over every object of a JSON text (the watermarks answer).
+double SumField(std::string_view json, std::string_view key);
+
+// Bytes in MiB.
+inline double Mb(double bytes) { return bytes / (1024.0 * 1024.0); }
+inline double Mb(uint64_t bytes) { return Mb(static_cast<double>(bytes)); }
 
 // The median of v's numbers, NaNs left out; NaN if none is left.
 double Median(std::vector<double> v);

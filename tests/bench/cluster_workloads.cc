@@ -438,16 +438,14 @@ Status ClusterWorkloads::Disk(std::vector<WorkloadResult>* rows) {
   auto line = [&](const std::string& name, const std::vector<int32_t>& owns, uint64_t b,
                   uint64_t bs) {
     std::printf("  %-10s %-18s %12.1f %10.3f %16.1f %10.3f\n", name.c_str(),
-                fmt::format("{}", fmt::join(owns, ",")).c_str(), static_cast<double>(b) / (1 << 20),
-                static_cast<double>(b) / whole, static_cast<double>(bs) / (1 << 20),
-                static_cast<double>(bs) / whole_stop);
+                fmt::format("{}", fmt::join(owns, ",")).c_str(), Mb(b),
+                static_cast<double>(b) / whole, Mb(bs), static_cast<double>(bs) / whole_stop);
   };
   line("1 of 1", one->owns.empty() ? std::vector<int32_t>{} : one->owns[0], one->disk_bytes[0],
        one->disk_bytes_stop[0]);
-  WorkloadResult r1 =
-      Row("cluster_disk/1", "MB/member", static_cast<double>(one->disk_bytes[0]) / (1 << 20));
+  WorkloadResult r1 = Row("cluster_disk/1", "MB/member", Mb(one->disk_bytes[0]));
   r1.disk_mb = r1.value;
-  r1.extra["mb_compacted"] = whole_stop / (1 << 20);
+  r1.extra["mb_compacted"] = Mb(whole_stop);
   rows->push_back(r1);
   double sum = 0, sum_stop = 0;
   for (size_t i = 0; i < three->disk_bytes.size(); i++) {
@@ -458,10 +456,10 @@ Status ClusterWorkloads::Disk(std::vector<WorkloadResult>* rows) {
     sum_stop += static_cast<double>(three->disk_bytes_stop[i]);
   }
   const double n3 = static_cast<double>(three->disk_bytes.size());
-  WorkloadResult r3 = Row("cluster_disk/3", "MB/member", sum / n3 / (1 << 20));
+  WorkloadResult r3 = Row("cluster_disk/3", "MB/member", Mb(sum / n3));
   r3.disk_mb = r3.value;
   r3.baseline = "1 member";
-  r3.baseline_value = whole / (1 << 20);
+  r3.baseline_value = Mb(whole);
   r3.ratio = sum / n3 / whole;
   r3.target = "about 1/3";
   r3.extra["sum_ratio"] = sum / whole;
@@ -469,8 +467,8 @@ Status ClusterWorkloads::Disk(std::vector<WorkloadResult>* rows) {
       static_cast<double>(*std::max_element(three->disk_bytes.begin(), three->disk_bytes.end())) /
       whole;
   r3.extra["ratio_compacted"] = sum_stop / n3 / whole_stop;
-  std::printf("  %-10s %-18s %12.1f %10.3f %16.1f %10.3f\n", "3: sum", "", sum / (1 << 20),
-              sum / whole, sum_stop / (1 << 20), sum_stop / whole_stop);
+  std::printf("  %-10s %-18s %12.1f %10.3f %16.1f %10.3f\n", "3: sum", "", Mb(sum), sum / whole,
+              Mb(sum_stop), sum_stop / whole_stop);
   std::fflush(stdout);
   rows->push_back(std::move(r3));
   return Status::Ok();

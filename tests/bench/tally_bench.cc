@@ -129,16 +129,6 @@ std::string ToJson(const WorkloadResult& r, const std::string& run) {
 
 }  // namespace
 
-// Sums "key":N over every object of a JSON text (the watermarks answer).
-double SumField(std::string_view json, std::string_view key) {
-  std::string needle = fmt::format("\"{}\":", key);
-  double sum = 0;
-  for (size_t at = json.find(needle); at != std::string_view::npos; at = json.find(needle, at + 1)) {
-    sum += std::strtod(std::string(json.substr(at + needle.size(), 24)).c_str(), nullptr);
-  }
-  return sum;
-}
-
 std::vector<std::string> Bench::TallyArgs(std::initializer_list<std::string> args) const {
   std::vector<std::string> v = {f_.tally};
   v.insert(v.end(), args);
