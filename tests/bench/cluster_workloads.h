@@ -46,7 +46,8 @@ struct ClusterBenchOptions {
   // cluster_ingest and cluster_disk: events published, and at how many a
   // second (0: at once). A member's cost at rest is a fixed share of a core
   // whatever the rate, so the per-event ratio of 3 members to 1 depends on
-  // the rate; 250k/s is within what 3 members carry on 2 cores.
+  // the rate; the default is a load 3 members carry on the 2-core machine
+  // of tests/bench/README.md.
   int64_t ingest_events = 6000000;
   int64_t ingest_rate = 250000;
   int64_t users = 100000;
