@@ -29,7 +29,9 @@ int RunAggregate(int argc, char** argv) {
   AddTopicFlags(&fs, &f);
   AddStateFlags(&fs, &f);
   fs.String("role", &role, "router, applier or both");
-  fs.Int("flush-ms", &flush_ms, "applier window once caught up, milliseconds (a backlog stretches windows to 10x)");
+  fs.Int("flush-ms", &flush_ms,
+         "applier window once caught up, milliseconds (a backlog stretches windows to 10x; a "
+         "cluster member applying 1/k of the partitions, k times, at most 60)");
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Int("partitions", &f.partitions, "partitions of tally's topics when creating them on a real cluster");
   fs.Bool("reset-offsets", &f.reset_offsets,

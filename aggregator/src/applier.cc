@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "aggregator/cadence.h"
 #include "aggregator/window_applier.h"
 #include "applier_rep.h"
 #include "base/clock.h"
@@ -135,6 +136,22 @@ size_t Applier::Rep::PendingKeys() const {
   size_t n = 0;
   for (const auto& [p, wa] : owned) n += wa->pending_keys();
   return n;
+}
+
+int Applier::Rep::WindowMs() {
+  // A global-only copy is not counted: it applies next to nothing.
+  const size_t applied = o.cluster.enabled ? held.size() : 0;
+  const uint32_t partitions = store->partitions();
+  const int ms =
+      StretchedByShare(o.flush_ms, o.max_flush_ms, partitions, static_cast<int64_t>(applied));
+  if (ms != window_ms) {
+    if (window_ms != 0 || ms != o.flush_ms) {
+      TALLY_LOG_INFO(kLog, "applying {} of {} partitions: windows end {} ms apart", applied,
+                     partitions, ms);
+    }
+    window_ms = ms;
+  }
+  return ms;
 }
 
 Status Applier::Rep::FlushAll() {
@@ -395,7 +412,7 @@ Status Applier::Run(const std::atomic<bool>* stop) {
     }
     r.producer->Poll(0);
     int64_t elapsed = base::SteadyMs() - r.last_flush_ms;
-    const bool window_over = (elapsed >= r.o.flush_ms && caught_up) || elapsed >= max_window_ms;
+    const bool window_over = (elapsed >= r.WindowMs() && caught_up) || elapsed >= max_window_ms;
     if ((window_over && !r.CommitBusy()) || r.PendingKeys() >= r.o.key_budget) {
       result = r.FlushAll();
       if (!result.ok()) break;

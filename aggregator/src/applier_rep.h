@@ -156,6 +156,11 @@ struct Applier::Rep : public OwnershipListener {
   bool Idle();
 
   size_t PendingKeys() const;
+  // How long a window lasts once caught up: o.flush_ms, stretched in a
+  // cluster by the share of the partitions applied here (max_flush_ms);
+  // says so in the log when that changes.
+  int WindowMs();
+  int window_ms = 0;  // what WindowMs() last said
 
   // True while the helpers are still writing the last sealed windows.
   bool CommitBusy() { return writer.Busy(); }

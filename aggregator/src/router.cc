@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "aggregator/cadence.h"
 #include "aggregator/event_router.h"
 #include "base/clock.h"
 #include "base/kafka_consumer.h"
@@ -135,12 +136,7 @@ struct Router::Rep {
   // `assigned` of input_partitions.
   void SetLinger(int assigned) {
     const int before = linger_ms;
-    linger_ms = o.linger_ms;
-    if (assigned > 0 && input_partitions > assigned) {
-      const int64_t stretched = static_cast<int64_t>(o.linger_ms) * input_partitions / assigned;
-      linger_ms = static_cast<int>(
-          std::clamp<int64_t>(stretched, o.linger_ms, std::max(o.linger_ms, o.max_linger_ms)));
-    }
+    linger_ms = StretchedByShare(o.linger_ms, o.max_linger_ms, input_partitions, assigned);
     if (linger_ms != before) {
       TALLY_LOG_INFO(kLog,
                      "routing {} of {} input partitions: deltas wait up to {} ms to be published",

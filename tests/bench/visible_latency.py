@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """How long POST /v1/events?wait=visible takes, at rest and under load.
 
-Starts `tally up` (embedded broker, 16 partitions), and for each load in
+Starts `tally up` (embedded broker, 16 partitions), or with --members N a
+`tally broker` and N `tally up --brokers` members of one group, and for
+each load in
 --loads (events/s; 0 = at rest) runs `tally produce --gen --rate` in the
 background, then sends --requests likes one after another on one keep-alive
 connection, alternating plain POSTs (202, the broker's acknowledgement
@@ -9,6 +11,10 @@ only) and ?wait=visible POSTs (200 once visible), and prints p50/p99/max of
 each and the load the input topic really carried.
 
   python3 tests/bench/visible_latency.py --tally build/tally [--loads 0,100000] [--requests 200]
+                                        [--members 3]
+
+With members, the events are posted to the first member and the load is
+published to the broker; every member routes and applies its share.
 """
 
 import os
@@ -28,19 +34,57 @@ def pct(values, q):
     return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
 
 
+def wait_members(client, n, timeout=180):
+    """Until GET /v1/cluster lists n members dividing every partition, none
+    restoring."""
+    deadline = time.monotonic() + timeout
+    view = None
+    while time.monotonic() < deadline:
+        r = client.try_get("/v1/cluster")
+        if r is not None and r.status == 200:
+            view = r.json()
+            members = view.get("members", [])
+            owns = sorted(x for m in members for x in m.get("owns", []))
+            if len(members) == n and owns == list(range(16)) and all(m["owns"] for m in members) and \
+                    not any(m.get("restoring") for m in members):
+                log("%d members settled: %s" % (n, ", ".join("%s owns %d" % (m["member"], len(m["owns"]))
+                                                            for m in members)))
+                return
+        time.sleep(0.5)
+    raise tallyctl.TestFailure("the members did not settle in %d s: %r" % (timeout, view))
+
+
 def main():
     def extra(ap):
         ap.add_argument("--loads", default="0,100000", help="background loads, events/s (0: none)")
         ap.add_argument("--requests", type=int, default=200, help="requests of each kind per load")
+        ap.add_argument("--members", type=int, default=0,
+                        help="0: one `tally up` on its embedded broker; N: a `tally broker` and N members")
 
     args = tallyctl.parse_args(__doc__, extra)
     with tallyctl.Harness(args, "visible_latency", default_seed=5) as h:
-        port, http_port = tallyctl.free_port(), tallyctl.free_port()
-        brokers, hostport = "127.0.0.1:%d" % port, "127.0.0.1:%d" % http_port
-        p = h.spawn("tally up", [h.tally, "up", "--port", port, "--state-dir", h.path("state"), "--http",
-                                 hostport, "--partitions", 16], "up.log")
-        client = tallyctl.Http(hostport)
-        tallyctl.wait_healthy(client, timeout=120, proc=p)
+        procs = []
+        if args.members > 0:
+            broker, brokers = h.start_broker(partitions=16)
+            clients = []
+            for i in range(args.members):
+                hp = tallyctl.free_port()
+                url = "http://127.0.0.1:%d" % hp
+                m, c = h.start_up(brokers, h.path("state-%d" % i), hp, partitions=16, log_name="member-%d.log" % i,
+                                  extra=["--group", "visible-latency", "--advertise", url])
+                procs.append(m)
+                clients.append(c)
+            wait_members(clients[0], args.members)
+            p, client = procs[0], clients[0]
+            procs.append(broker)
+        else:
+            port, http_port = tallyctl.free_port(), tallyctl.free_port()
+            brokers, hostport = "127.0.0.1:%d" % port, "127.0.0.1:%d" % http_port
+            p = h.spawn("tally up", [h.tally, "up", "--port", port, "--state-dir", h.path("state"), "--http",
+                                     hostport, "--partitions", 16], "up.log")
+            client = tallyctl.Http(hostport)
+            tallyctl.wait_healthy(client, timeout=120, proc=p)
+            procs.append(p)
         rows = []
         for n, rate in enumerate(int(x) for x in args.loads.split(",")):
             prod = None
@@ -75,7 +119,8 @@ def main():
             print("| %s | %.0f/s | %.1f / %.1f / %.1f ms | %.1f / %.1f / %.1f ms |" % (
                 "at rest" if rate == 0 else "%d/s" % rate, carried, pct(plain, 0.5), pct(plain, 0.99),
                 max(plain) * 1000, pct(visible, 0.5), pct(visible, 0.99), max(visible) * 1000))
-        p.stop(grace=30)
+        for q in procs:
+            q.stop(grace=30)
 
 
 if __name__ == "__main__":

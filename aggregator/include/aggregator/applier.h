@@ -71,6 +71,11 @@ struct ApplierOptions {
   std::string group = std::string(base::kDefaultGroup);
   std::string deltas_topic = std::string(base::kDeltasTopic);
   int flush_ms = kDefaultFlushMs;  // window length once caught up (a backlog stretches it to 10x)
+  // A cluster member applying 1/k of the partitions ends its windows k
+  // times as far apart, at most this long, so tally.deltas carries the
+  // derived deltas of one applier's windows, not k (aggregator/README.md,
+  // "Windows in a cluster, and at rest").
+  int max_flush_ms = 60;
   size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys
   ApplierClusterOptions cluster;
   // Optional; must outlive the applier. Every window's post increments are
