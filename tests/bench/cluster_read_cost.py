@@ -48,9 +48,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
-def wrk(url, script, seconds, connections):
-    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", "%ds" % seconds, "-s", script,
-                          url], capture_output=True, text=True, check=True).stdout
+def wrk(url, script, seconds, connections, cpus=None):
+    """(requests, non-2xx answers) of one wrk run; on `cpus` (taskset) if given."""
+    argv = ["wrk", "-t", "2", "-c", str(connections), "-d", "%ds" % seconds, "-s", script, url]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus] + argv
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     m = re.search(r"(\d+) requests in", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return int(m.group(1)), int(non2xx.group(1)) if non2xx else 0

@@ -611,12 +611,12 @@ class Harness:
         log("%s: all checks passed" % what)
 
     # -- tally processes -------------------------------------------------------
-    def start_broker(self, partitions=4, attempts=3):
+    def start_broker(self, partitions=4, attempts=3, log_name="broker.log"):
         """`tally broker --port P --partitions N`; returns (proc, bootstrap)."""
         for attempt in range(attempts):
             port = free_port()
             p = self.spawn("tally broker", [self.tally, "broker", "--port", port, "--partitions", partitions],
-                           "broker.log", capture_stdout=True)
+                           log_name, capture_stdout=True)
             line = p.wait_stdout(lambda l: l.startswith("bootstrap: "), timeout=60)
             if line:
                 bootstrap = line.split(" ", 1)[1].strip()
@@ -624,7 +624,7 @@ class Harness:
                 return p, bootstrap
             rc, _ = p.stop(grace=5)
             log("tally broker on port %d did not print its bootstrap address (exit %s); retrying" % (port, rc))
-        raise TestFailure("tally broker did not start (see broker.log)")
+        raise TestFailure("tally broker did not start (see %s)" % log_name)
 
     def start_up(self, brokers, state_dir, http_port, partitions=4, log_name="up.log", extra=()):
         """`tally up --brokers B --state-dir D --http 127.0.0.1:H
