@@ -1,4 +1,6 @@
 // tally aggregate: the aggregator alone (router, applier or both).
+#include <fmt/core.h>
+
 #include <atomic>
 
 #include "aggregator/cluster_check.h"
@@ -30,8 +32,9 @@ int RunAggregate(int argc, char** argv) {
   AddStateFlags(&fs, &f);
   fs.String("role", &role, "router, applier or both");
   fs.Int("flush-ms", &flush_ms,
-         "applier window once caught up, milliseconds (a backlog stretches windows to 10x; a "
-         "cluster member applying 1/k of the partitions, k times, at most 60)");
+         fmt::format("applier window once caught up, milliseconds (a backlog stretches windows to "
+                     "10x; a cluster member applying 1/k of the partitions, k times, at most {})",
+                     aggregator::kDefaultMaxStretchedMs));
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Int("partitions", &f.partitions, "partitions of tally's topics when creating them on a real cluster");
   fs.Bool("reset-offsets", &f.reset_offsets,

@@ -79,8 +79,9 @@ int RunUp(int argc, char** argv) {
   fs.Int("partitions", &f.partitions, "partitions of each of tally's topics when tally creates them");
   AddHttpFlags(&fs, &http);
   fs.Int("flush-ms", &flush_ms,
-         "applier window once caught up, milliseconds (a backlog stretches windows to 10x; a "
-         "cluster member applying 1/k of the partitions, k times, at most 60)");
+         fmt::format("applier window once caught up, milliseconds (a backlog stretches windows to "
+                     "10x; a cluster member applying 1/k of the partitions, k times, at most {})",
+                     aggregator::kDefaultMaxStretchedMs));
   fs.Int("key-budget", &key_budget, "an applier window is cut early when it touches this many keys");
   fs.Bool("reset-offsets", &f.reset_offsets,
           "attach the state to a different cluster, keeping the counts and reading its logs from the start");

@@ -75,7 +75,7 @@ struct ApplierOptions {
   // times as far apart, at most this long, so tally.deltas carries the
   // derived deltas of one applier's windows, not k (aggregator/README.md,
   // "Windows in a cluster, and at rest").
-  int max_flush_ms = 60;
+  int max_flush_ms = kDefaultMaxStretchedMs;
   size_t key_budget = kDefaultKeyBudget;  // a window is cut early when it touches this many keys
   ApplierClusterOptions cluster;
   // Optional; must outlive the applier. Every window's post increments are

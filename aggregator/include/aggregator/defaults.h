@@ -15,6 +15,11 @@ namespace tally::aggregator {
 // stretches it to 10x.
 inline constexpr int kDefaultFlushMs = 20;
 
+// The longest a cluster member given a share of the partitions stretches
+// the router's linger and the applier's window to (StretchedByShare in
+// cadence.h; RouterOptions::max_linger_ms, ApplierOptions::max_flush_ms).
+inline constexpr int kDefaultMaxStretchedMs = 60;
+
 // An applier window is cut early when it touches this many keys (--key-budget).
 inline constexpr size_t kDefaultKeyBudget = 200000;
 

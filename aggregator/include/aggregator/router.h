@@ -37,7 +37,7 @@ struct RouterOptions {
   // members) waits k times linger_ms, at most this long, so tally.deltas
   // gets about as many messages a second as from one router: fewer, larger
   // messages for the broker and for every applier to fetch and decode.
-  int max_linger_ms = 60;
+  int max_linger_ms = kDefaultMaxStretchedMs;
   size_t max_batch_bytes = 1 << 20;   // input bytes routed before a flush is forced
   // Route every partition of the input topics without joining the group
   // (tally up: one machine routes everything). Routing then starts at once,
