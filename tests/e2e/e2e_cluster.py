@@ -13,7 +13,9 @@ membership changes while events keep coming:
 Each step publishes events of every type with kcat (the model's stream plus
 notices and red dots), waits for the group to settle (every live member's
 `GET /v1/cluster` lists exactly the live members, their `owns` divide every
-partition, nothing is `restoring`), POSTs events to one member, waits for
+partition, nothing is `restoring`; each member's log then says its
+windows end as far apart as its share of the partitions makes them),
+POSTs events to one member, waits for
 lag 0 everywhere, publishes `read` events of every kind and HTTP resets
 (a barrier before and after, as reads do not commute with increments from
 other input partitions), waits for lag 0 again, and then reads from every
@@ -596,9 +598,38 @@ class Cluster:
             len(paths), len(self.live), time.monotonic() - t0))
         self.h.checkpoint(what)
 
+    def check_windows(self, what):
+        """Each live member's applier ends its windows as far apart as its
+        share of the partitions says (aggregator/README.md, "Windows in a
+        cluster, and at rest"): --flush-ms (20) x partitions / those it owns
+        or stands by for, at most 60 ms, as its log says last."""
+        views, why = self.cluster_views()
+        if views is None:
+            self.h.check(False, "%s: %s" % (what, why))
+            return
+        for m in self.live:
+            mine = next((x for x in views[m.name]["members"] if x["member"] == m.id), None)
+            if mine is None:
+                self.h.check(False, "%s: %s is not in its own GET /v1/cluster" % (what, m.name))
+                continue
+            held = len(mine["owns"]) + len(mine["standby"])
+            want = min(max(20 * PARTITIONS // held, 20), 60) if 0 < held < PARTITIONS else 20
+            path = self.h.path(m.name + ("-aggregate.log" if m.split else ".log"))
+
+            def last():
+                lines = tallyctl.log_lines(path, " partitions: windows end ")
+                return int(lines[-1].rsplit(" windows end ", 1)[1].split()[0]) if lines else 20
+            try:
+                tallyctl.wait_until("%s's log to say windows %d ms apart" % (m.name, want),
+                                    lambda: last() == want, timeout=5)
+            except tallyctl.TestFailure:
+                self.h.check(False, "%s: %s applies %d of %d partitions, its windows should end %d ms "
+                             "apart; its log last said %d" % (what, m.name, held, PARTITIONS, want, last()))
+
     def phase(self, what, member_for_post, standbys_before=True, joining=None):
         """After a change: settle, POST, barrier, reads, barrier, compare."""
         self.settle(what, standbys_before, joining)
+        self.check_windows(what)
         self.post_events(member_for_post)
         self.wait_visible(what)
         self.reads()
