@@ -342,8 +342,9 @@ Status Applier::Run(const std::atomic<bool>* stop) {
   r.last_flush_ms = base::SteadyMs();
 
   Status result = Status::Ok();
-  // A window ends --flush-ms after the last one once the consumer has caught
-  // up (a poll found nothing), so fresh deltas become visible quickly; while
+  // A window ends --flush-ms after the last one (in a cluster, stretched by
+  // the share applied here: WindowMs) once the consumer has caught up (a
+  // poll found nothing), so fresh deltas become visible quickly; while
   // a backlog keeps every poll busy it grows to 10x that, so hot keys
   // coalesce more and RocksDB sees fewer, larger batches. While the helper
   // is still writing the previous window, this one goes on growing instead
