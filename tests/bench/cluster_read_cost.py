@@ -18,7 +18,6 @@ timeline of random posts spans the members.
 """
 
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -29,35 +28,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-WRK_SCRIPT = """
-local paths = {%s}
-local i = 0
-request = function()
-  i = i + 1
-  return wrk.format("GET", paths[(i %% #paths) + 1])
-end
-"""
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
-def wrk(url, script, seconds, connections, cpus=None):
-    """(requests, non-2xx answers) of one wrk run; on `cpus` (taskset) if given."""
-    argv = ["wrk", "-t", "2", "-c", str(connections), "-d", "%ds" % seconds, "-s", script, url]
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus] + argv
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    m = re.search(r"(\d+) requests in", out)
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return int(m.group(1)), int(non2xx.group(1)) if non2xx else 0
-
 
 def main():
     def extra(ap):
@@ -111,16 +81,16 @@ def main():
         for kind, paths in (("local", local), ("remote", remote)):
             fd, path = tempfile.mkstemp(suffix=".lua", dir=h.path())
             with os.fdopen(fd, "w") as f:
-                f.write(WRK_SCRIPT % ", ".join('"%s"' % p for p in paths[:200]))
+                f.write(tallyctl.WRK_PATHS_SCRIPT % ", ".join('"%s"' % p for p in paths[:200]))
             scripts[kind] = path
         results = {"local": [], "remote": []}
         for run in range(args.runs):
             for kind in ("local", "remote"):
-                ta, tb = cpu_seconds(pa.pid), cpu_seconds(pb.pid)
+                ta, tb = tallyctl.cpu_seconds(pa.pid), tallyctl.cpu_seconds(pb.pid)
                 t0 = time.monotonic()
-                n, bad = wrk("http://%s" % a, scripts[kind], args.seconds, args.connections)
+                n, bad = tallyctl.wrk("http://%s" % a, scripts[kind], args.seconds, args.connections)
                 wall = time.monotonic() - t0
-                da, db = cpu_seconds(pa.pid) - ta, cpu_seconds(pb.pid) - tb
+                da, db = tallyctl.cpu_seconds(pa.pid) - ta, tallyctl.cpu_seconds(pb.pid) - tb
                 if bad:
                     raise tallyctl.TestFailure("%d answers other than 200 in a %s run" % (bad, kind))
                 row = (n / wall, da / n * 1e6, db / n * 1e6, (da + db) / n * 1e6)

@@ -32,11 +32,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tallyctl  # noqa: E402
 from tallyctl import log  # noqa: E402
-from cluster_read_cost import WRK_SCRIPT, cpu_seconds, wrk  # noqa: E402
 
 
 def pin(pid, cpus):
@@ -48,14 +46,9 @@ IDS = 1000
 
 
 def settled(client, n):
-    """True when GET /v1/cluster shows n members dividing every partition,
-    none restoring, and nothing is left to apply."""
-    r = client.try_get("/v1/cluster")
-    if r is None or r.status != 200:
-        return False
-    members = r.json().get("members", [])
-    owns = sorted(p for m in members for p in m.get("owns", []))
-    if len(members) != n or owns != list(range(PARTITIONS)) or any(m.get("restoring") for m in members):
+    """True when n members divide every partition, none restoring, and
+    nothing is left to apply."""
+    if not tallyctl.cluster_settled(client, n, PARTITIONS):
         return False
     w = client.try_get("/v1/watermarks")
     return w is not None and w.status == 200 and w.json()["lag"] == 0
@@ -96,7 +89,7 @@ def measure(h, args, size):
     def script(ps):
         fd, path = tempfile.mkstemp(suffix=".lua", dir=h.path())
         with os.fdopen(fd, "w") as f:
-            f.write(WRK_SCRIPT % ", ".join('"%s"' % p for p in ps))
+            f.write(tallyctl.WRK_PATHS_SCRIPT % ", ".join('"%s"' % p for p in ps))
         return path
 
     # "any": every id at the first member, in an order that mixes owners.
@@ -111,12 +104,12 @@ def measure(h, args, size):
     for run in range(args.runs):
         for way in targets:
             for at, path in targets[way]:
-                c0 = sum(cpu_seconds(m[0].pid) for m in members)
+                c0 = sum(tallyctl.cpu_seconds(m[0].pid) for m in members)
                 t0 = time.monotonic()
-                n, bad = wrk("http://%s" % at, path, args.seconds, args.connections,
+                n, bad = tallyctl.wrk("http://%s" % at, path, args.seconds, args.connections,
                              cpus="1" if args.pin else None)
                 wall = time.monotonic() - t0
-                cpu = sum(cpu_seconds(m[0].pid) for m in members) - c0
+                cpu = sum(tallyctl.cpu_seconds(m[0].pid) for m in members) - c0
                 if bad:
                     raise tallyctl.TestFailure("%d answers other than 200 at %s (%s)" % (bad, at, way))
                 row = (n / wall, cpu / n * 1e6)

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,17 +24,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+import tallyctl  # noqa: E402
 
 
 def get(url):
@@ -55,7 +46,7 @@ def dir_bytes(path):
 
 
 def one_run(tally, events, ids, work):
-    port, http = free_port(), free_port()
+    port, http = tallyctl.free_port(), tallyctl.free_port()
     broker = subprocess.Popen([tally, "broker", "--port", str(port), "--partitions", "16"],
                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "broker.log"), "w"))
     try:
@@ -81,7 +72,7 @@ def one_run(tally, events, ids, work):
                 raise SystemExit("not applied within 600 s")
             time.sleep(0.02)
         secs = time.monotonic() - t0
-        cpu = cpu_seconds(up.pid)
+        cpu = tallyctl.cpu_seconds(up.pid)
         up.send_signal(signal.SIGTERM)
         up.wait(60)
         size = dir_bytes(state)

@@ -34,26 +34,6 @@ def pct(values, q):
     return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
 
 
-def wait_members(client, n, timeout=180):
-    """Until GET /v1/cluster lists n members dividing every partition, none
-    restoring."""
-    deadline = time.monotonic() + timeout
-    view = None
-    while time.monotonic() < deadline:
-        r = client.try_get("/v1/cluster")
-        if r is not None and r.status == 200:
-            view = r.json()
-            members = view.get("members", [])
-            owns = sorted(x for m in members for x in m.get("owns", []))
-            if len(members) == n and owns == list(range(16)) and all(m["owns"] for m in members) and \
-                    not any(m.get("restoring") for m in members):
-                log("%d members settled: %s" % (n, ", ".join("%s owns %d" % (m["member"], len(m["owns"]))
-                                                            for m in members)))
-                return
-        time.sleep(0.5)
-    raise tallyctl.TestFailure("the members did not settle in %d s: %r" % (timeout, view))
-
-
 def main():
     def extra(ap):
         ap.add_argument("--loads", default="0,100000", help="background loads, events/s (0: none)")
@@ -74,7 +54,8 @@ def main():
                                   extra=["--group", "visible-latency", "--advertise", url])
                 procs.append(m)
                 clients.append(c)
-            wait_members(clients[0], args.members)
+            tallyctl.wait_until("%d members to divide the partitions" % args.members,
+                                lambda: tallyctl.cluster_settled(clients[0], args.members, 16), timeout=180)
             p, client = procs[0], clients[0]
             procs.append(broker)
         else:

@@ -42,16 +42,6 @@ def stop_cleanly(h, procs):
         h.check(clean and rc == 0, "%s on SIGTERM: exit %s%s" % (p.name, rc, "" if clean else " (SIGKILL)"))
 
 
-def settled(client, members):
-    """True when /v1/cluster shows `members` members, each owning some
-    partition, none restoring."""
-    r = client.try_get("/v1/cluster")
-    if r is None or r.status != 200:
-        return False
-    ms = r.json()["members"]
-    return len(ms) == members and all(m["owns"] and not m["restoring"] for m in ms)
-
-
 NOTICES = 12
 NOTICE_READERS = (1, 2, 3, 4, 5)
 
@@ -116,7 +106,7 @@ def main():
         tallyctl.wait_until("the first member's router to join the group",
                             lambda: tallyctl.log_lines(h.path("a.log"), "to share the input partitions"), 60,
                             proc=a)
-        tallyctl.wait_until("both members to own partitions", lambda: settled(ca, 2), 120, proc=b)
+        tallyctl.wait_until("both members to own partitions", lambda: tallyctl.cluster_settled(ca, 2), 120, proc=b)
         for client, proc in ((ca, a), (cb, b)):
             tallyctl.wait_lag_zero(client, timeout=120, proc=proc, min_input_end=published)
             checks.check_counts(h, client, w.model)

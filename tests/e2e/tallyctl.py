@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -139,6 +140,14 @@ def pid_alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def cpu_seconds(pid):
+    """CPU time `pid` has used so far, every thread: utime + stime of
+    /proc/<pid>/stat, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop_pid(pid, grace=10.0, sig=signal.SIGTERM):
@@ -376,6 +385,19 @@ def wait_healthy(client, timeout=90, proc=None):
     wait_until("GET /healthz on %s to answer 200 {\"ok\":true}" % client.hostport, ok, timeout, proc=proc)
 
 
+def cluster_settled(client, members, partitions=None):
+    """True when `client`'s GET /v1/cluster lists `members` members, each
+    owning some partition and none restoring; with `partitions`, their
+    `owns` together also name each of 0..partitions-1 once."""
+    r = client.try_get("/v1/cluster")
+    if r is None or r.status != 200:
+        return False
+    ms = r.json().get("members", [])
+    if len(ms) != members or not all(m["owns"] and not m["restoring"] for m in ms):
+        return False
+    return partitions is None or sorted(p for m in ms for p in m["owns"]) == list(range(partitions))
+
+
 def watermarks(client):
     """The parsed /v1/watermarks answer, or None if it is not 200."""
     r = client.try_get("/v1/watermarks")
@@ -489,6 +511,29 @@ def consume(kcat, brokers, topic, fmt, timeout=60):
 
 # ---------------------------------------------------------------------------
 # The harness: a work directory, the children, cleanup, logs on failure.
+
+
+# A wrk script that GETs `paths` in turn: WRK_PATHS_SCRIPT % '"/a", "/b"'.
+WRK_PATHS_SCRIPT = """
+local paths = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1])
+end
+"""
+
+
+def wrk(url, script, seconds, connections, cpus=None):
+    """(requests, non-2xx answers) of one run of wrk (2 threads) with
+    `script`; on `cpus` (taskset) if given."""
+    argv = ["wrk", "-t", "2", "-c", str(connections), "-d", "%ds" % seconds, "-s", script, url]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus] + argv
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"(\d+) requests in", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return int(m.group(1)), int(non2xx.group(1)) if non2xx else 0
 
 
 class Harness:
