@@ -1,5 +1,10 @@
 #include "counter_merge.h"
 
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <vector>
+
 #include "keys.h"
 #include "store/viewed_tables.h"
 
@@ -18,6 +23,72 @@ bool SetBits(const rocksdb::Slice& operand, std::string* bitmap) {
   }
   return true;
 }
+
+// Merges the ops of one page operand into the posts of a page (both by
+// ascending slot): a post it does not hold yet starts from zeros.
+void ApplyPageOps(const std::vector<PagedPost>& page, const std::vector<PagedPostOps>& ops,
+                  std::vector<PagedPost>* out) {
+  out->clear();
+  size_t i = 0;
+  for (const PagedPostOps& o : ops) {
+    for (; i < page.size() && page[i].slot < o.slot; i++) out->push_back(page[i]);
+    PagedPost p;
+    p.slot = o.slot;
+    if (i < page.size() && page[i].slot == o.slot) p = page[i++];
+    for (int f = 0; f < schemas::kPostFieldCount; f++) p.v[f] = o.ops[f].Apply(p.v[f]);
+    out->push_back(p);
+  }
+  out->insert(out->end(), page.begin() + static_cast<std::ptrdiff_t>(i), page.end());
+}
+
+// Composes two page operands (b after a), by ascending slot.
+void ComposePageOps(const std::vector<PagedPostOps>& a, const std::vector<PagedPostOps>& b,
+                    std::vector<PagedPostOps>* out) {
+  out->clear();
+  size_t i = 0;
+  for (const PagedPostOps& o : b) {
+    for (; i < a.size() && a[i].slot < o.slot; i++) out->push_back(a[i]);
+    if (i < a.size() && a[i].slot == o.slot) {
+      PagedPostOps c = a[i++];
+      for (int f = 0; f < schemas::kPostFieldCount; f++) c.ops[f].Then(o.ops[f]);
+      out->push_back(c);
+    } else {
+      out->push_back(o);
+    }
+  }
+  out->insert(out->end(), a.begin() + static_cast<std::ptrdiff_t>(i), a.end());
+}
+
+bool FullMergePage(const rocksdb::MergeOperator::MergeOperationInput& in, std::string* out) {
+  // Compactions merge every page they hold: no allocation per page.
+  thread_local std::vector<PagedPost> page, next;
+  thread_local std::vector<PagedPostOps> ops;
+  page.clear();
+  if (in.existing_value != nullptr &&
+      !DecodePostPage(std::string_view(in.existing_value->data(), in.existing_value->size()),
+                      &page)) {
+    return false;
+  }
+  for (const rocksdb::Slice& operand : in.operand_list) {
+    if (!DecodePostPageOps(std::string_view(operand.data(), operand.size()), &ops)) return false;
+    ApplyPageOps(page, ops, &next);
+    page.swap(next);
+  }
+  EncodePostPage(page, out);
+  return true;
+}
+
+bool PartialMergePage(const std::deque<rocksdb::Slice>& operands, std::string* out) {
+  thread_local std::vector<PagedPostOps> acc, ops, next;
+  acc.clear();
+  for (const rocksdb::Slice& operand : operands) {
+    if (!DecodePostPageOps(std::string_view(operand.data(), operand.size()), &ops)) return false;
+    ComposePageOps(acc, ops, &next);
+    acc.swap(next);
+  }
+  EncodePostPageOps(acc.data(), acc.size(), out);
+  return true;
+}
 }  // namespace
 
 bool CounterMergeOperator::FullMergeV2(const MergeOperationInput& in, MergeOperationOutput* out) const {
@@ -32,6 +103,9 @@ bool CounterMergeOperator::FullMergeV2(const MergeOperationInput& in, MergeOpera
       if (!SetBits(operand, &out->new_value)) return false;
     }
     return true;
+  }
+  if (in.key[0] == static_cast<char>(RecordKind::kPostPage)) {
+    return FullMergePage(in, &out->new_value);
   }
   int n = CounterFieldCount(in.key[0]);
   if (n == 0) return false;  // not a counter record: corruption, surfaced by RocksDB
@@ -61,6 +135,8 @@ bool CounterMergeOperator::PartialMergeMulti(const rocksdb::Slice& key,
     }
     return true;
   }
+  if (key[0] == static_cast<char>(RecordKind::kPostPage))
+    return PartialMergePage(operands, new_value);
   int n = CounterFieldCount(key[0]);
   if (n == 0) return false;
   CounterOp acc[kMaxFields];

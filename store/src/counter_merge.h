@@ -3,7 +3,8 @@
 // Pure, deterministic and associative. Counter records (posts, users,
 // unread, notice reads, red dots): a full merge applies the CounterOp
 // operands in order to the stored counters (or zeros); a partial merge
-// composes them with CounterOp::Then. "Viewed" chunks: operands are bit
+// composes them with CounterOp::Then. Post counter pages: the same per
+// post of the page, by slot (keys.h). "Viewed" chunks: operands are bit
 // indexes, merged by OR. Its Name() never changes: it is recorded in every
 // SST file that holds its operands.
 #pragma once

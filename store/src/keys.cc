@@ -77,26 +77,134 @@ bool DecodeCounters(std::string_view in, int64_t* values, int n) {
   return true;
 }
 
+namespace {
+constexpr int kPostFields = schemas::kPostFieldCount;
+constexpr char kPostPageOpsVersion = 3;
+
+bool GetCounterOp(std::string_view in, size_t* pos, CounterOp* op) {
+  if (*pos >= in.size()) return false;
+  op->reset = in[(*pos)++] & 1;
+  uint64_t a, f;
+  if (!GetVarint64(in, pos, &a) || !GetVarint64(in, pos, &f)) return false;
+  op->add = ZigZagDecode(a);
+  op->floor = static_cast<int64_t>(f);
+  return true;
+}
+void PutCounterOp(std::string* out, const CounterOp& op) {
+  out->push_back(op.reset ? 1 : 0);
+  PutVarint64(out, ZigZagEncode(op.add));
+  PutVarint64(out, static_cast<uint64_t>(op.floor));
+}
+// The next slot of a page or operand into *slot, which holds the one
+// before: a gap from it (the first's from 0), never 0 after the first.
+bool GetSlot(std::string_view in, size_t* pos, bool first, uint64_t* slot) {
+  uint64_t gap;
+  if (!GetVarint64(in, pos, &gap) || (!first && gap == 0)) return false;
+  *slot = first ? gap : *slot + gap;
+  return true;
+}
+}  // namespace
+
 void EncodeCounterOps(const CounterOp* ops, int n, std::string* out) {
   out->clear();
   out->push_back(1);  // operand format version
-  for (int i = 0; i < n; i++) {
-    out->push_back(ops[i].reset ? 1 : 0);
-    PutVarint64(out, ZigZagEncode(ops[i].add));
-    PutVarint64(out, static_cast<uint64_t>(ops[i].floor));
-  }
+  for (int i = 0; i < n; i++) PutCounterOp(out, ops[i]);
 }
 
 bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n) {
   if (in.empty() || in[0] != 1) return false;
   size_t pos = 1;
   for (int i = 0; i < n; i++) {
-    if (pos >= in.size()) return false;
-    ops[i].reset = in[pos++] & 1;
-    uint64_t a, f;
-    if (!GetVarint64(in, &pos, &a) || !GetVarint64(in, &pos, &f)) return false;
-    ops[i].add = ZigZagDecode(a);
-    ops[i].floor = static_cast<int64_t>(f);
+    if (!GetCounterOp(in, &pos, &ops[i])) return false;
+  }
+  return pos == in.size();
+}
+
+int PostPageBits(uint32_t partitions) {
+  // 64 ids of a sequence per partition: a page is ~64 posts when ids are
+  // dense, and a read decodes at most a few hundred bytes.
+  int bits = 6;
+  while ((uint64_t{1} << (bits - 6)) < partitions) bits++;
+  return bits;
+}
+
+void EncodePostPageKey(uint64_t post_id, int bits, std::string* out) {
+  EncodeKey(RecordKind::kPostPage, post_id >> bits, out);
+}
+
+void EncodePostPage(const std::vector<PagedPost>& posts, std::string* out) {
+  out->clear();
+  PutVarint64(out, posts.size());
+  uint64_t prev = 0;
+  for (const PagedPost& p : posts) {
+    PutVarint64(out, p.slot - prev);
+    prev = p.slot;
+    for (int64_t v : p.v) PutVarint64(out, static_cast<uint64_t>(v < 0 ? 0 : v));
+  }
+}
+
+bool DecodePostPage(std::string_view in, std::vector<PagedPost>* out) {
+  out->clear();
+  size_t pos = 0;
+  uint64_t n;
+  if (!GetVarint64(in, &pos, &n) || n > in.size()) return false;
+  out->resize(n);
+  for (uint64_t i = 0; i < n; i++) {
+    PagedPost& p = (*out)[i];
+    if (i > 0) p.slot = (*out)[i - 1].slot;
+    if (!GetSlot(in, &pos, i == 0, &p.slot)) return false;
+    for (int64_t& v : p.v) {
+      uint64_t x;
+      if (!GetVarint64(in, &pos, &x)) return false;
+      v = static_cast<int64_t>(x);
+    }
+  }
+  return pos == in.size();
+}
+
+bool FindInPostPage(std::string_view in, uint64_t slot, int64_t* v) {
+  std::fill(v, v + kPostFields, 0);
+  size_t pos = 0;
+  uint64_t n, at = 0, x;
+  if (!GetVarint64(in, &pos, &n) || n > in.size()) return false;
+  for (uint64_t i = 0; i < n; i++) {
+    if (!GetSlot(in, &pos, i == 0, &at)) return false;
+    if (at > slot) return true;
+    for (int f = 0; f < kPostFields; f++) {
+      if (!GetVarint64(in, &pos, &x)) return false;
+      if (at == slot) v[f] = static_cast<int64_t>(x);
+    }
+    if (at == slot) return true;
+  }
+  return true;
+}
+
+void EncodePostPageOps(const PagedPostOps* posts, size_t n, std::string* out) {
+  out->clear();
+  out->push_back(kPostPageOpsVersion);
+  PutVarint64(out, n);
+  uint64_t prev = 0;
+  for (size_t i = 0; i < n; i++) {
+    PutVarint64(out, posts[i].slot - prev);
+    prev = posts[i].slot;
+    for (const CounterOp& op : posts[i].ops) PutCounterOp(out, op);
+  }
+}
+
+bool DecodePostPageOps(std::string_view in, std::vector<PagedPostOps>* out) {
+  out->clear();
+  if (in.empty() || in[0] != kPostPageOpsVersion) return false;
+  size_t pos = 1;
+  uint64_t n;
+  if (!GetVarint64(in, &pos, &n) || n > in.size()) return false;
+  out->resize(n);
+  for (uint64_t i = 0; i < n; i++) {
+    PagedPostOps& p = (*out)[i];
+    if (i > 0) p.slot = (*out)[i - 1].slot;
+    if (!GetSlot(in, &pos, i == 0, &p.slot)) return false;
+    for (CounterOp& op : p.ops) {
+      if (!GetCounterOp(in, &pos, &op)) return false;
+    }
   }
   return pos == in.size();
 }

@@ -1,6 +1,11 @@
 // Key layout and record encodings of the state (internal to store/).
 //
-//   'p' post(8)              -> post counters: 4 varints (like, repost, comment, view)
+//   'P' page(8)              -> post counter page: the posts of one partition whose
+//                               ids share all but their low PostPageBits() bits
+//                               (EncodePostPage); merged with post page operands
+//   'p' post(8)              -> post counters of format 1: 4 varints (like, repost,
+//                               comment, view); converted to pages when a writer
+//                               opens the partition (ConvertFormat1Posts)
 //   'u' user(8)              -> user counters: 3 varints (posts, followers, following)
 //   'n' user(8)              -> unread counters: 6 varints (UnreadKind order)
 //   'l' post(8) user(8)      -> like edge, empty value
@@ -27,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "schemas/delta.h"
 #include "store/counter_op.h"
 #include "store/state_store.h"
 
@@ -35,7 +41,8 @@ namespace tally::store {
 // Every kind but kMeta is one ASCII letter: PartitionBatch::DropAllButGlobal
 // deletes the ranges between the kinds it keeps.
 enum class RecordKind : char {
-  kPostCounters = 'p',
+  kPostPage = 'P',
+  kPostCounters = 'p',  // format 1; also the read cache's kind for a post
   kUserCounters = 'u',
   kUnreadCounters = 'n',
   kLikeEdge = 'l',
@@ -77,6 +84,38 @@ bool DecodeCounters(std::string_view in, int64_t* values, int n);
 // zigzag add, varint floor.
 void EncodeCounterOps(const CounterOp* ops, int n, std::string* out);
 bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n);
+
+// Post counter pages. A page holds the posts of one partition whose ids
+// share all but their low PostPageBits(partitions) bits: with ids given out
+// in sequence (and spread over the partitions by PartitionOf), about 64
+// posts. Sparse ids put one post in a page, which then costs a few bytes
+// more than a record of its own.
+int PostPageBits(uint32_t partitions);
+// 'P' (post_id >> bits)(8 BE).
+void EncodePostPageKey(uint64_t post_id, int bits, std::string* out);
+inline uint64_t PostSlot(uint64_t post_id, int bits) {
+  return post_id & ((uint64_t{1} << bits) - 1);
+}
+
+struct PagedPost {
+  uint64_t slot = 0;
+  int64_t v[schemas::kPostFieldCount] = {};
+};
+struct PagedPostOps {
+  uint64_t slot = 0;
+  CounterOp ops[schemas::kPostFieldCount];
+};
+// A page: varint count, then per post by ascending slot: varint slot gap
+// (the first from 0), 4 counter varints. Decoding checks the order.
+void EncodePostPage(const std::vector<PagedPost>& posts, std::string* out);
+bool DecodePostPage(std::string_view in, std::vector<PagedPost>* out);
+// One post's counters from a page: zeros if the page does not hold it.
+// False if the page does not decode as far as the post.
+bool FindInPostPage(std::string_view in, uint64_t slot, int64_t* v);
+// A page operand: version 3, varint count, then per post by ascending slot:
+// varint slot gap, the 4 fields' ops as in EncodeCounterOps.
+void EncodePostPageOps(const PagedPostOps* posts, size_t n, std::string* out);
+bool DecodePostPageOps(std::string_view in, std::vector<PagedPostOps>* out);
 
 // 'v' table(4 BE) chunk(4 BE).
 void EncodeViewChunkKey(uint32_t table, uint32_t chunk, std::string* out);

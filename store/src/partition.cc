@@ -178,6 +178,7 @@ Status Partition::Commit(PartitionBatch* batch) {
     }
   }
   PartitionBatch::Rep& b = *batch->rep_;
+  b.EncodePosts(PostPageBits(rep_->partitions));
   // The notice list with the batch's notices, and its size in the batch
   // (a read-only store reads the ids again when that record changes).
   std::shared_ptr<const NoticeIds> notices;

@@ -18,10 +18,31 @@ PartitionBatch::PartitionBatch() : rep_(std::make_unique<Rep>()) {}
 PartitionBatch::~PartitionBatch() = default;
 
 void PartitionBatch::MergePostCounters(uint64_t post_id, const CounterOp* ops) {
-  EncodeKey(RecordKind::kPostCounters, post_id, &rep_->key);
-  EncodeCounterOps(ops, schemas::kPostFieldCount, &rep_->value);
-  rep_->wb.Merge(rep_->key, rep_->value);
+  Rep::PostOps& p = rep_->posts.emplace_back();
+  p.id = post_id;
+  std::copy(ops, ops + schemas::kPostFieldCount, p.ops);
   rep_->counters.emplace_back(static_cast<char>(RecordKind::kPostCounters), post_id);
+}
+
+void PartitionBatch::Rep::EncodePosts(int page_bits) {
+  if (posts.empty()) return;
+  // By id, the ops of one post in the order they were added.
+  std::stable_sort(posts.begin(), posts.end(),
+                   [](const PostOps& a, const PostOps& b) { return a.id < b.id; });
+  std::vector<PagedPostOps> page;
+  for (size_t i = 0; i < posts.size();) {
+    const uint64_t first = posts[i].id;
+    page.clear();
+    for (; i < posts.size() && (posts[i].id >> page_bits) == (first >> page_bits); i++) {
+      const uint64_t slot = PostSlot(posts[i].id, page_bits);
+      if (page.empty() || page.back().slot != slot) page.emplace_back().slot = slot;
+      for (int f = 0; f < schemas::kPostFieldCount; f++) page.back().ops[f].Then(posts[i].ops[f]);
+    }
+    EncodePostPageKey(first, page_bits, &key);
+    EncodePostPageOps(page.data(), page.size(), &value);
+    wb.Merge(key, value);
+  }
+  posts.clear();  // in `wb` now: a retried commit must not add them again
 }
 void PartitionBatch::MergeUserCounters(uint64_t user_id, const CounterOp* ops) {
   EncodeKey(RecordKind::kUserCounters, user_id, &rep_->key);
@@ -137,6 +158,7 @@ void PartitionBatch::DropAllButGlobal() {
   const char end = '\x7f';  // past every kind (ASCII letters)
   rep_->wb.DeleteRange(rocksdb::Slice(&from, 1), rocksdb::Slice(&end, 1));
   rep_->wb.Delete(rocksdb::Slice(kViewedKey.data(), kViewedKey.size()));
+  rep_->posts.clear();  // merged before the drop: they go with it
   rep_->drop_cached = true;
 }
 void PartitionBatch::DropEventIds() {
@@ -152,9 +174,10 @@ void PartitionBatch::SetGlobalOnly(bool global_only) {
     rep_->wb.Delete(key);
   }
 }
-size_t PartitionBatch::Count() const { return rep_->wb.Count(); }
+size_t PartitionBatch::Count() const { return rep_->wb.Count() + rep_->posts.size(); }
 void PartitionBatch::Clear() {
   rep_->wb.Clear();
+  rep_->posts.clear();
   rep_->counters.clear();
   rep_->red_dots = false;
   rep_->drop_cached = false;

@@ -74,6 +74,15 @@ base::Result<std::optional<std::vector<uint32_t>>> ReadHeldFile(const std::strin
 struct PartitionBatch::Rep {
   rocksdb::WriteBatch wb;
   std::string key, value;
+  // Post counter ops, merged into `wb` by Commit (EncodePosts), one
+  // operand a page: the page of a post depends on the partition count,
+  // which the partition knows and the batch does not.
+  struct PostOps {
+    uint64_t id;
+    CounterOp ops[schemas::kPostFieldCount];
+  };
+  std::vector<PostOps> posts;
+  void EncodePosts(int page_bits);
   // The counter records merged, dropped from the read cache on commit.
   std::vector<std::pair<char, uint64_t>> counters;
   bool red_dots = false;  // a global red dot changed

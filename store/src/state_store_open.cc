@@ -40,7 +40,11 @@ using base::Status;
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: a post's counters in a page of posts (keys.h). A writer opens a state
+// of format 1 (a record a post) and converts its partitions as it opens
+// them; a read-only store asks for that first.
+constexpr int kFormatVersion = 2;
+constexpr int kOldestFormat = 1;
 constexpr const char* kMetaFile = "TALLY";
 // Partitions opened at once by StateStore::Open.
 constexpr uint32_t kOpenThreads = 8;
@@ -136,7 +140,8 @@ bool HoldsOnlyPartitionDirs(const std::string& dir, const std::vector<std::strin
   return !ec;
 }
 
-Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* cluster) {
+Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* cluster,
+                    int* format = nullptr) {
   std::string path = dir + "/" + kMetaFile;
   std::ifstream f(path);
   if (!f) return Status::NotFound(fmt::format("{} does not exist", path));
@@ -145,9 +150,11 @@ Status ReadMetaFile(const std::string& dir, uint32_t* partitions, std::string* c
     if (!j.is_object() || !j.contains("format") || !j.contains("partitions")) {
       return Status::Corruption(fmt::format("{}: not a tally state file", path));
     }
-    if (j["format"].get<int>() != kFormatVersion) {
+    const int recorded = j["format"].is_number_integer() ? j["format"].get<int>() : 0;
+    if (recorded < kOldestFormat || recorded > kFormatVersion) {
       return Status::Corruption(fmt::format("{}: unsupported format {}", path, j["format"].dump()));
     }
+    if (format != nullptr) *format = recorded;
     *partitions = j["partitions"].get<uint32_t>();
     *cluster = j.value("cluster", "");
   } catch (const nlohmann::json::exception& e) {
@@ -231,7 +238,8 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   uint32_t recorded_partitions = 0;
   // A new state: its partitions are created, then TALLY is written.
   bool create_meta = false;
-  Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster);
+  int format = kFormatVersion;
+  Status meta = ReadMetaFile(dir, &recorded_partitions, &rep->cluster, &format);
   if (meta.code() == base::StatusCode::kNotFound) {
     if (options.partitions == 0) {
       return Status::NotFound(fmt::format("{} holds no tally state (no TALLY file)", dir));
@@ -254,6 +262,20 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
     recorded_partitions = options.partitions;
   } else if (!meta.ok()) {
     return meta;
+  } else if (format < kFormatVersion) {
+    if (options.read_only) {
+      return Status::FailedPrecondition(fmt::format(
+          "{} is a state of format {}, which this tally reads once it has converted it: "
+          "start `tally up` or `tally aggregate` on it first",
+          dir, format));
+    }
+    // Recorded first: the tally that wrote the old format must not open a
+    // state some of whose partitions are converted already.
+    TALLY_LOG_INFO("store",
+                   "{} is a state of format {}: its post counters go into pages as its "
+                   "partitions open (format {})",
+                   dir, format, kFormatVersion);
+    TALLY_RETURN_IF_ERROR(WriteMetaFile(dir, recorded_partitions, rep->cluster));
   }
   if (options.partitions == 0) {
     rep->options.partitions = recorded_partitions;  // "as recorded"

@@ -73,8 +73,16 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
   std::vector<rocksdb::Slice> slices(misses.size());
   std::vector<rocksdb::PinnableSlice> values(misses.size());
   std::vector<rocksdb::Status> statuses(misses.size());
+  // A post's counters are in its page (keys.h), read once for all the
+  // posts asked of it: RocksDB's MultiGet takes a key more than once.
+  const bool paged = kind == static_cast<char>(RecordKind::kPostCounters);
+  const int page_bits = PostPageBits(n);
   for (size_t k = 0; k < misses.size(); k++) {
-    EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
+    if (paged) {
+      EncodePostPageKey(ids[misses[k].index], page_bits, &keys[k]);
+    } else {
+      EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
+    }
     slices[k] = keys[k];
   }
   // Partitions not held, ascending (allocated only when there are some). A
@@ -108,7 +116,10 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
       std::fill(v, v + nfields, 0);
     } else if (!statuses[k].ok()) {
       return FromRocks(statuses[k], fmt::format("reading the {} of {}", CounterKindName(kind), id));
-    } else if (!DecodeCounters(std::string_view(values[k].data(), values[k].size()), v, nfields)) {
+    } else if (paged ? !FindInPostPage(std::string_view(values[k].data(), values[k].size()),
+                                       PostSlot(id, page_bits), v)
+                     : !DecodeCounters(std::string_view(values[k].data(), values[k].size()), v,
+                                       nfields)) {
       return Status::Corruption(
           fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
     }
