@@ -41,6 +41,7 @@ struct Flags {
   int64_t partitions = 16;
   int64_t unread_users = 1000;
   int64_t storage_posts = 10000000;
+  int64_t storage_id_stride = 1;
   int64_t block_cache_mb = 256;
   int64_t runs = 1;
   int64_t seed = 1;

@@ -54,7 +54,8 @@
 // leaves it empty; Redis has all in memory), reported as cold_cpu_us,
 // cold_p99_ms and cold_rps, and the second pass is the row.
 //   storage       --storage-posts posts (10M) with 4 non-zero counters,
-//                 written through tally's store and compacted; disk bytes per
+//                 ids 1..N (times --storage-id-stride), written through
+//                 tally's store and compacted; disk bytes per
 //                 post, then RSS of `tally serve` over it under wrk. Baseline:
 //                 Redis used_memory for the same posts as hashes. Targets:
 //                 disk <= 8 B/post and <= 1/8 of Redis; RSS <= block cache +
@@ -411,6 +412,9 @@ int Main(int argc, char** argv) {
   flags.Int("partitions", &f.partitions, "partitions of tally's topics and state");
   flags.Int("unread-users", &f.unread_users, "query_unread: users, each following 200 accounts");
   flags.Int("storage-posts", &f.storage_posts, "storage: posts with 4 counters");
+  flags.Int("storage-id-stride", &f.storage_id_stride,
+            "storage: post ids are 1..N times this (1: ids in sequence, many posts a page; "
+            "4194304: a post a millisecond of snowflake-style ids, a page each)");
   flags.Int("block-cache-mb", &f.block_cache_mb, "RocksDB block cache of tally up/serve/replay, MiB");
   flags.Int("runs", &f.runs, "run everything this many times and report the medians");
   flags.Int("seed", &f.seed, "seed of the synthetic workload");
