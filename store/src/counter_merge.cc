@@ -1,5 +1,6 @@
 #include "counter_merge.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -24,21 +25,22 @@ bool SetBits(const rocksdb::Slice& operand, std::string* bitmap) {
   return true;
 }
 
-// Merges the ops of one page operand into the posts of a page (both by
-// ascending slot): a post it does not hold yet starts from zeros.
-void ApplyPageOps(const std::vector<PagedPost>& page, const std::vector<PagedPostOps>& ops,
-                  std::vector<PagedPost>* out) {
-  out->clear();
-  size_t i = 0;
+// Applies the ops of one page operand to the posts of a page, in place
+// (both by ascending slot; a post the page does not hold yet starts from
+// zeros). An operand touches a few of a page's posts: a read that merges a
+// hot page's operands pays for those, not for the whole page each time.
+void ApplyPageOps(const std::vector<PagedPostOps>& ops, std::vector<PagedPost>* page) {
+  auto from = page->begin();
   for (const PagedPostOps& o : ops) {
-    for (; i < page.size() && page[i].slot < o.slot; i++) out->push_back(page[i]);
-    PagedPost p;
-    p.slot = o.slot;
-    if (i < page.size() && page[i].slot == o.slot) p = page[i++];
-    for (int f = 0; f < schemas::kPostFieldCount; f++) p.v[f] = o.ops[f].Apply(p.v[f]);
-    out->push_back(p);
+    from = std::lower_bound(from, page->end(), o.slot,
+                            [](const PagedPost& p, uint64_t slot) { return p.slot < slot; });
+    if (from == page->end() || from->slot != o.slot) {
+      PagedPost p;
+      p.slot = o.slot;
+      from = page->insert(from, p);
+    }
+    for (int f = 0; f < schemas::kPostFieldCount; f++) from->v[f] = o.ops[f].Apply(from->v[f]);
   }
-  out->insert(out->end(), page.begin() + static_cast<std::ptrdiff_t>(i), page.end());
 }
 
 // Composes two page operands (b after a), by ascending slot.
@@ -61,7 +63,7 @@ void ComposePageOps(const std::vector<PagedPostOps>& a, const std::vector<PagedP
 
 bool FullMergePage(const rocksdb::MergeOperator::MergeOperationInput& in, std::string* out) {
   // Compactions merge every page they hold: no allocation per page.
-  thread_local std::vector<PagedPost> page, next;
+  thread_local std::vector<PagedPost> page;
   thread_local std::vector<PagedPostOps> ops;
   page.clear();
   if (in.existing_value != nullptr &&
@@ -71,8 +73,7 @@ bool FullMergePage(const rocksdb::MergeOperator::MergeOperationInput& in, std::s
   }
   for (const rocksdb::Slice& operand : in.operand_list) {
     if (!DecodePostPageOps(std::string_view(operand.data(), operand.size()), &ops)) return false;
-    ApplyPageOps(page, ops, &next);
-    page.swap(next);
+    ApplyPageOps(ops, &page);
   }
   EncodePostPage(page, out);
   return true;

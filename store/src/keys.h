@@ -88,8 +88,8 @@ bool DecodeCounterOps(std::string_view in, CounterOp* ops, int n);
 // Post counter pages. A page holds the posts of one partition whose ids
 // share all but their low PostPageBits(partitions) bits: with ids given out
 // in sequence (and spread over the partitions by PartitionOf), about 64
-// posts. Sparse ids put one post in a page, which then costs a few bytes
-// more than a record of its own.
+// posts. Sparse ids put one post in a page (store/README.md, "Post
+// pages").
 int PostPageBits(uint32_t partitions);
 // 'P' (post_id >> bits)(8 BE).
 void EncodePostPageKey(uint64_t post_id, int bits, std::string* out);

@@ -4,6 +4,7 @@
 //   state_store_open.cc  the TALLY file, RocksDB's options, opening the partitions
 //   state_store_partitions.cc  the partitions held: opening and closing one at
 //                        run time, the HELD file, the not-held status
+//   format1.cc           converting a partition of a format 1 state on open
 //   partition_batch.cc   PartitionBatch: one window's changes as one WriteBatch
 //   partition.cc         Partition: Commit (the read cache and the notice ids
 //                        follow it), Resume, a partition's point reads

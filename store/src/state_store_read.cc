@@ -67,24 +67,31 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
     misses.push_back(Miss{schemas::PartitionOf(ids[i], n), static_cast<uint32_t>(i), lease});
   }
   if (misses.empty()) return Status::Ok();
-  std::sort(misses.begin(), misses.end(),
-            [](const Miss& a, const Miss& b) { return a.partition < b.partition; });
-  std::vector<std::string> keys(misses.size());
-  std::vector<rocksdb::Slice> slices(misses.size());
-  std::vector<rocksdb::PinnableSlice> values(misses.size());
-  std::vector<rocksdb::Status> statuses(misses.size());
-  // A post's counters are in its page (keys.h), read once for all the
-  // posts asked of it: RocksDB's MultiGet takes a key more than once.
+  // By partition, for one MultiGet each, and by id within it, so that the
+  // posts of one page (keys.h) are next to each other: a page is read once
+  // for all the posts asked of it (`read` maps a miss to its key).
+  std::sort(misses.begin(), misses.end(), [&ids](const Miss& a, const Miss& b) {
+    return a.partition != b.partition ? a.partition < b.partition : ids[a.index] < ids[b.index];
+  });
   const bool paged = kind == static_cast<char>(RecordKind::kPostCounters);
   const int page_bits = PostPageBits(n);
+  std::vector<std::string> keys;
+  std::vector<size_t> read(misses.size());
+  std::string key;
   for (size_t k = 0; k < misses.size(); k++) {
     if (paged) {
-      EncodePostPageKey(ids[misses[k].index], page_bits, &keys[k]);
+      EncodePostPageKey(ids[misses[k].index], page_bits, &key);
     } else {
-      EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &keys[k]);
+      EncodeKey(static_cast<RecordKind>(kind), ids[misses[k].index], &key);
     }
-    slices[k] = keys[k];
+    if (keys.empty() || keys.back() != key || misses[k].partition != misses[k - 1].partition) {
+      keys.push_back(key);
+    }
+    read[k] = keys.size() - 1;
   }
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
   // Partitions not held, ascending (allocated only when there are some). A
   // record of one is never in the cache: a close drops them all.
   std::vector<uint32_t> not_held;
@@ -98,8 +105,9 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
       not_held.push_back(p);
       continue;
     }
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), end - begin,
-                 slices.data() + begin, values.data() + begin, statuses.data() + begin);
+    const size_t first = read[begin], count = read[end - 1] + 1 - first;
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), count, slices.data() + first,
+                 values.data() + first, statuses.data() + first);
   }
   if (!not_held.empty()) {
     if (missing == nullptr) return NotHeldError(not_held);
@@ -112,14 +120,15 @@ Status StateStore::MultiGetCounters(char kind, int nfields, std::span<const uint
       missing->positions.push_back(misses[k].index);
       continue;
     }
-    if (statuses[k].IsNotFound()) {
+    const rocksdb::Status& status = statuses[read[k]];
+    const rocksdb::PinnableSlice& value = values[read[k]];
+    if (status.IsNotFound()) {
       std::fill(v, v + nfields, 0);
-    } else if (!statuses[k].ok()) {
-      return FromRocks(statuses[k], fmt::format("reading the {} of {}", CounterKindName(kind), id));
-    } else if (paged ? !FindInPostPage(std::string_view(values[k].data(), values[k].size()),
+    } else if (!status.ok()) {
+      return FromRocks(status, fmt::format("reading the {} of {}", CounterKindName(kind), id));
+    } else if (paged ? !FindInPostPage(std::string_view(value.data(), value.size()),
                                        PostSlot(id, page_bits), v)
-                     : !DecodeCounters(std::string_view(values[k].data(), values[k].size()), v,
-                                       nfields)) {
+                     : !DecodeCounters(std::string_view(value.data(), value.size()), v, nfields)) {
       return Status::Corruption(
           fmt::format("the {} of {} do not decode", CounterKindName(kind), id));
     }
