@@ -195,10 +195,9 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(bodies[5], R"({"liked":true})");
 }
 
-// More pipelined requests than max_pipelined_requests: the server stops
-// reading at that many unanswered ones and reads on as answers are written
-// (RESTinio closed the connection after 3 answers when handlers answered
-// from inside its read loop).
+// Many pipelined requests, in one send and in small pieces: each is
+// answered in order (an earlier transport, RESTinio, closed the connection
+// after 3 answers when handlers answered from inside its read loop).
 TEST_F(HttpServerTest, MorePipelinedRequestsThanTheLimitAreAllAnsweredInOrder) {
   for (size_t piece : {size_t{0}, size_t{7}}) {  // 0: one send
     Client c(server_->bound_port());
@@ -273,6 +272,20 @@ TEST_F(HttpServerTest, BodyOverOneMebibyteIs413AndTheConnectionSurvives) {
   HttpResponse r = c.Read();
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(r.body.rfind("{\"error\":{\"code\":\"payload_too_large\",", 0), 0u) << r.body;
+  EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
+}
+
+// A client that asks leave to send its body (curl does, for large ones)
+// gets it before it sends, rather than after its own timeout.
+TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
+  Client c(server_->bound_port());
+  std::string body((1 << 20) + 1, ' ');
+  c.Send("POST /v1/events HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n");
+  HttpResponse interim = c.Read();
+  EXPECT_EQ(interim.status, 100) << interim.head;
+  c.Send(body);
+  EXPECT_EQ(c.Read().status, 413);
   EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
 }
 

@@ -434,7 +434,7 @@ TEST_F(PeerClientTest, ARequestLostOnAPooledConnectionIsSentAgainOnce) {
 // the next request.
 TEST_F(PeerClientTest, TheServersIdleTimeoutIsTransparent) {
   ServerOptions so;
-  so.read_timeout_ms = 200;  // RESTinio checks it about once a second
+  so.read_timeout_ms = 200;  // checked every 100 ms
   std::string peer = StartServer(so);
   auto client = NewClient();
   ASSERT_TRUE(client->Get(peer, "/v1/posts/7/counts", {}, PeerClient::In(5000)).ok());

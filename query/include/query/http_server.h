@@ -1,15 +1,15 @@
 // HttpServer: the HTTP/1.1 transport of the query tier.
 //
-// Serves a QueryService over RESTinio (Boost.Asio) on its own io_context and
-// thread pool; RESTinio stays inside http_server.cc. One request handler
-// hands every request to QueryService::Handle(), which does the routing.
-// Connections are keep-alive. Pipelined requests, however many, are all
-// answered, in order: a connection's requests are handled one at a time (the
-// next is read once the answer to the one before is written), so a client
-// that sends more waits in TCP and a connection holds one request in memory.
+// Serves a QueryService from an epoll loop per I/O thread, over
+// libhttp-parser (query/README.md, "The transport"). Every request goes to
+// QueryService::Handle(), which does the routing. Connections are
+// keep-alive. Pipelined requests, however many, are all answered, in order:
+// a connection's requests are handled one at a time, and it is not read
+// while answers it has not taken pile up, so a client that sends more waits
+// in TCP.
 //
-// Threads: `threads` I/O threads run the io_context and answer the reads
-// there (a few microseconds of RocksDB and fmt each). Requests that may
+// Threads: `threads` I/O threads each run a loop and answer the reads there
+// (a few microseconds of RocksDB and fmt each). Requests that may
 // wait for a broker (POST /v1/events, the resets, /v1/watermarks), and in a
 // cluster the reads that may ask another member (QueryService::MayBlock),
 // run on a separate pool of `blocking_threads`, so a slow broker or peer
