@@ -115,6 +115,11 @@ class Bench {
   base::Result<std::vector<std::string>> Pin(Process* server, std::vector<std::string> argv);
   void Unpin(Process* server);
   bool PinsQueries() const { return f_.pin && std::thread::hardware_concurrency() >= 2; }
+  // Threads of a query load generator (wrk, redis-benchmark): 2, but no
+  // more than the CPUs Pin() gives it. Two threads time-sliced on one CPU
+  // put the generator's own run-queue waits (a scheduler slice, 3-4 ms)
+  // into every latency it measures once it is the busier side.
+  int LoadThreads() const;
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   bool Selected(const std::string& w) const { return selected_.count(w) > 0; }

@@ -22,10 +22,11 @@ constexpr int kFollowees = 200;
 
 Result<std::map<std::string, double>> Bench::Wrk(int port, const std::string& mode, uint64_t n,
                                                  uint64_t first, Process* server, double* cpu_s) {
-  auto argv = Pin(
-      server, {f_.wrk, "-t2", fmt::format("-c{}", f_.connections), fmt::format("-d{}s", f_.seconds),
-               "--timeout", "5s", "-s", f_.wrk_script, fmt::format("http://127.0.0.1:{}", port),
-               "--", mode, std::to_string(n), std::to_string(first)});
+  auto argv =
+      Pin(server, {f_.wrk, fmt::format("-t{}", LoadThreads()), fmt::format("-c{}", f_.connections),
+                   fmt::format("-d{}s", f_.seconds), "--timeout", "5s", "-s", f_.wrk_script,
+                   fmt::format("http://127.0.0.1:{}", port), "--", mode, std::to_string(n),
+                   std::to_string(first)});
   if (!argv.ok()) return argv.status();
   double cpu0 = server->CpuSeconds();
   auto out = RunCapture(*argv, Path("wrk-" + mode + ".log"), static_cast<double>(f_.seconds) + 60);
@@ -58,7 +59,7 @@ Result<std::map<std::string, double>> Bench::RedisBenchmark(const std::vector<st
                                    "-c",
                                    std::to_string(f_.connections),
                                    "--threads",
-                                   "2",
+                                   std::to_string(LoadThreads()),
                                    "-n",
                                    std::to_string(requests),
                                    "-r",
@@ -130,6 +131,11 @@ Result<std::vector<std::string>> Bench::Pin(Process* server, std::vector<std::st
   TALLY_RETURN_IF_ERROR(PinProcess(server->pid(), 0, 0));
   argv.insert(argv.begin(), {"taskset", "-c", fmt::format("1-{}", cpus - 1)});
   return argv;
+}
+
+int Bench::LoadThreads() const {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return PinsQueries() ? std::max(1, std::min(2, cpus - 1)) : 2;
 }
 
 void Bench::Unpin(Process* server) {
