@@ -860,19 +860,28 @@ void Loop::HandOff(Conn* c, const Request& request, bool keep_alive) {
 }
 
 void Loop::Answer(Conn* c, const Response& r, bool close) {
+  // Appended piece by piece: fmt's format strings were 3 % of an I/O
+  // thread's time answering single reads.
   std::string& out = c->out;
-  auto it = std::back_inserter(out);
-  fmt::format_to(it, "HTTP/1.1 {} {}\r\nDate: {}\r\nContent-Type: {}\r\n", r.status,
-                 internal::ReasonPhrase(r.status), internal::HttpDate(), r.content_type);
-  if (!r.allow.empty()) fmt::format_to(it, "Allow: {}\r\n", r.allow);
-  if (r.retry_after_s > 0) fmt::format_to(it, "Retry-After: {}\r\n", r.retry_after_s);
-  if (!r.member.empty()) fmt::format_to(it, "{}: {}\r\n", kMemberHeader, r.member);
-  if (!r.etag.empty()) fmt::format_to(it, "ETag: {}\r\n", r.etag);
-  if (!r.cache_control.empty()) fmt::format_to(it, "Cache-Control: {}\r\n", r.cache_control);
-  if (r.unauthorized) out.append("WWW-Authenticate: Bearer realm=\"tally\"\r\n");
-  fmt::format_to(it, "Connection: {}\r\nContent-Length: {}\r\n\r\n", close ? "close" : "keep-alive",
-                 r.body.size());
-  out.append(r.body);
+  const auto header = [&out](std::string_view name, std::string_view value) {
+    out.append(name).append(": ").append(value).append("\r\n");
+  };
+  out.append("HTTP/1.1 ")
+      .append(fmt::format_int(r.status).c_str())
+      .append(" ")
+      .append(internal::ReasonPhrase(r.status))
+      .append("\r\n");
+  header("Date", internal::HttpDate());
+  header("Content-Type", r.content_type);
+  if (!r.allow.empty()) header("Allow", r.allow);
+  if (r.retry_after_s > 0) header("Retry-After", fmt::format_int(r.retry_after_s).c_str());
+  if (!r.member.empty()) header(kMemberHeader, r.member);
+  if (!r.etag.empty()) header("ETag", r.etag);
+  if (!r.cache_control.empty()) header("Cache-Control", r.cache_control);
+  if (r.unauthorized) header("WWW-Authenticate", "Bearer realm=\"tally\"");
+  header("Connection", close ? "close" : "keep-alive");
+  header("Content-Length", fmt::format_int(r.body.size()).c_str());
+  out.append("\r\n").append(r.body);
   if (close) c->close_after_write = true;
 }
 
