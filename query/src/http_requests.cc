@@ -1,0 +1,322 @@
+// HttpLoop's requests: the parser's callbacks (the request's parts and the
+// limits), the parse of what a connection read, and the answer: on the
+// loop's thread, or handed to another and posted back.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <climits>
+#include <iterator>
+#include <optional>
+#include <string_view>
+
+#include "http_loop.h"
+#include "http_wire.h"
+#include "query/cluster_routing.h"
+#include "routes.h"
+
+namespace tally::query::internal {
+
+namespace {
+
+constexpr size_t kMaxFieldNameBytes = 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// The printed address of a peer.
+std::string AddressText(const sockaddr_storage& peer) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, buf, sizeof(buf));
+  } else {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+}  // namespace
+
+void HttpLoop::BeginMessage(Conn* c) {
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  c->complete = false;
+  c->headers_done = false;
+  c->last_was_value = true;
+  c->fields = 0;
+  c->value_bytes = 0;
+  c->value = nullptr;
+  c->seen = 0;
+  c->url.clear();
+  c->body.clear();
+  c->field.clear();
+  c->authorization.clear();
+  c->forwarded.clear();
+  c->if_none_match.clear();
+  c->expect.clear();
+}
+
+void HttpLoop::Consume(Conn* c, const char* data, size_t n) {
+  while (n > 0) {
+    const size_t used = http_parser_execute(&c->parser, &settings_, data, n);
+    data += used;
+    n -= used;
+    if (c->complete) {
+      const bool keep_alive = http_should_keep_alive(&c->parser) != 0 && c->parser.upgrade == 0;
+      Dispatch(c, keep_alive);
+      BeginMessage(c);
+      c->deadline_ms = now_ms_ + options_.read_timeout_ms;
+      if (!MayRead(c)) {
+        if (!c->close_after_write) c->pending.assign(data, n);
+        return;
+      }
+      continue;
+    }
+    if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
+      // Bytes that are not HTTP, or a request over a limit HTTP cannot
+      // answer without reading it: the answers before it are written, then
+      // the connection is closed.
+      c->close_after_write = true;
+      return;
+    }
+  }
+}
+
+// ---- http_parser callbacks: the request's parts, and the limits ----
+
+std::string* HttpLoop::KeptHeader(Conn* c) {
+  if (c->headers_done) return nullptr;  // trailers are not headers
+  static constexpr std::string_view kNames[] = {"authorization", kForwardedHeader, "if-none-match",
+                                                "expect"};
+  std::string* const kept[] = {&c->authorization, &c->forwarded, &c->if_none_match, &c->expect};
+  for (unsigned i = 0; i < std::size(kNames); i++) {
+    if ((c->seen & (1u << i)) == 0 && EqualsIgnoringCase(c->field, kNames[i])) {
+      c->seen |= 1u << i;
+      return kept[i];
+    }
+  }
+  return nullptr;
+}
+
+int HttpLoop::OnUrl(http_parser* p, const char* at, size_t n) {
+  Conn* c = static_cast<Conn*>(p->data);
+  if (c->url.size() + n > c->loop->options_.max_url_bytes) return -1;
+  c->url.append(at, n);
+  return 0;
+}
+
+int HttpLoop::OnHeaderField(http_parser* p, const char* at, size_t n) {
+  Conn* c = static_cast<Conn*>(p->data);
+  if (c->last_was_value) {
+    if (static_cast<size_t>(c->fields) >= c->loop->options_.max_header_count) return -1;
+    c->field.assign(at, n);
+    c->last_was_value = false;
+  } else {
+    c->field.append(at, n);
+  }
+  return c->field.size() > kMaxFieldNameBytes ? -1 : 0;
+}
+
+int HttpLoop::OnHeaderValue(http_parser* p, const char* at, size_t n) {
+  Conn* c = static_cast<Conn*>(p->data);
+  if (!c->last_was_value) {
+    c->last_was_value = true;
+    c->fields++;
+    c->value_bytes = 0;
+    c->value = KeptHeader(c);
+  }
+  c->value_bytes += n;
+  if (c->value_bytes >= c->loop->options_.max_header_bytes) return -1;
+  if (c->value != nullptr) c->value->append(at, n);
+  return 0;
+}
+
+int HttpLoop::OnHeadersComplete(http_parser* p) {
+  Conn* c = static_cast<Conn*>(p->data);
+  c->headers_done = true;
+  if (p->content_length != ULLONG_MAX && p->content_length > 0) {
+    // Not read at all: the connection is closed without an answer.
+    if (p->content_length > c->loop->options_.max_readable_body_bytes) return -1;
+    c->body.reserve(std::min<size_t>(p->content_length, kReadBytes));
+  }
+  // A client that waits for leave to send its body (curl does, for large
+  // ones) gets it at once rather than after its own timeout.
+  if (!c->expect.empty() && p->http_major == 1 && p->http_minor >= 1 &&
+      EqualsIgnoringCase(c->expect, "100-continue")) {
+    c->out.append(kContinue);
+  }
+  return 0;
+}
+
+int HttpLoop::OnBody(http_parser* p, const char* at, size_t n) {
+  Conn* c = static_cast<Conn*>(p->data);
+  if (c->body.size() + n > c->loop->options_.max_readable_body_bytes) return -1;
+  c->body.append(at, n);
+  return 0;
+}
+
+int HttpLoop::OnMessageComplete(http_parser* p) {
+  // Stop here: the request is answered before the next one is parsed.
+  http_parser_pause(p, 1);
+  static_cast<Conn*>(p->data)->complete = true;
+  return 0;
+}
+
+// ---- answering ----
+
+void HttpLoop::Dispatch(Conn* c, bool keep_alive) {
+  const std::string_view method = http_method_str(static_cast<http_method>(c->parser.method));
+  if (shared_->stopping.load(std::memory_order_acquire)) {
+    Answer(
+        c,
+        Response{
+            503, kJsonContentType, RenderErrorBody("unavailable", "server is shutting down"), {}},
+        /*close=*/true);
+    return;
+  }
+  if (shared_->rate_limiter && !internal::ExemptFromRateLimit(method, c->url)) {
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+    if (const int64_t wait_ms = shared_->rate_limiter->Acquire(c->client, now_ns); wait_ms > 0) {
+      shared_->rate_limited_total->Inc();
+      Response r{
+          429,
+          kJsonContentType,
+          RenderErrorBody("rate_limited",
+                          fmt::format("over {} requests/s from {}; retry in {} ms",
+                                      options_.rate_limit_per_s, AddressText(c->peer), wait_ms)),
+          {}};
+      r.retry_after_s = static_cast<int>((wait_ms + 999) / 1000);
+      Answer(c, r, !keep_alive);
+      return;
+    }
+  }
+  Request request{method, c->url, c->body, false, c->authorization, c->forwarded};
+  request.if_none_match = c->if_none_match;
+  if (shared_->service->MayBlock(request)) {
+    HandOff(c, request, keep_alive);
+    return;
+  }
+  if (request.body.size() > options_.max_body_bytes) {
+    request.body = {};
+    request.body_too_large = true;
+  }
+  request.must_not_block = true;  // an I/O thread
+  Answer(c, shared_->service->Handle(request), !keep_alive);
+}
+
+void HttpLoop::HandOff(Conn* c, const Request& request, bool keep_alive) {
+  auto job = std::make_shared<HttpJob>();
+  job->loop = this;
+  job->fd = c->fd;
+  job->serial = c->serial;
+  job->close = !keep_alive;
+  job->target = std::move(c->url);
+  job->body = std::move(c->body);
+  job->authorization = std::move(c->authorization);
+  job->forwarded = std::move(c->forwarded);
+  job->if_none_match = std::move(c->if_none_match);
+  job->request =
+      Request{request.method, job->target, job->body, false, job->authorization, job->forwarded};
+  job->request.if_none_match = job->if_none_match;
+
+  HttpShared* shared = shared_;
+  c->handling = true;
+  c->deadline_ms = now_ms_ + options_.handle_timeout_ms;
+  shared->jobs.fetch_add(1, std::memory_order_acq_rel);
+  // A read other members answer (every read ForwardAsync takes may block):
+  // handed to the peer client's thread, whose callback posts the answer
+  // here; if a member asked does not answer, the blocking pool goes around
+  // it.
+  shared->forwards.fetch_add(1, std::memory_order_acq_rel);
+  bool taken = false;
+  try {
+    taken = shared->service->ForwardAsync(
+        job->request, [shared, job](std::optional<Response> answer) noexcept {
+          if (answer) {
+            job->loop->Post(job, std::move(*answer));
+          } else {
+            try {
+              boost::asio::post(*shared->blocking_pool,
+                                [shared, job]() noexcept { shared->ProcessBlocking(job); });
+            } catch (...) {
+              job->close = true;
+              job->loop->Post(
+                  job,
+                  Response{
+                      500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}});
+            }
+          }
+          shared->forwards.fetch_sub(1, std::memory_order_acq_rel);
+        });
+    if (!taken) {
+      shared->forwards.fetch_sub(1, std::memory_order_acq_rel);
+      // Off the I/O threads: a publish waits for the broker's acks, a read
+      // in a cluster may wait for another member.
+      boost::asio::post(*shared->blocking_pool,
+                        [shared, job]() noexcept { shared->ProcessBlocking(job); });
+    }
+  } catch (...) {
+    if (!taken) {
+      shared->forwards.fetch_sub(1, std::memory_order_acq_rel);
+      shared->jobs.fetch_sub(1, std::memory_order_acq_rel);
+      c->handling = false;
+    }
+    throw;
+  }
+}
+
+void HttpLoop::Answer(Conn* c, const Response& r, bool close) {
+  // Appended piece by piece: no format string is parsed per answer.
+  std::string& out = c->out;
+  const auto header = [&out](std::string_view name, std::string_view value) {
+    out.append(name).append(": ").append(value).append("\r\n");
+  };
+  out.append("HTTP/1.1 ")
+      .append(fmt::format_int(r.status).c_str())
+      .append(" ")
+      .append(internal::ReasonPhrase(r.status))
+      .append("\r\n");
+  header("Date", internal::HttpDate());
+  header("Content-Type", r.content_type);
+  if (!r.allow.empty()) header("Allow", r.allow);
+  if (r.retry_after_s > 0) header("Retry-After", fmt::format_int(r.retry_after_s).c_str());
+  if (!r.member.empty()) header(kMemberHeader, r.member);
+  if (!r.etag.empty()) header("ETag", r.etag);
+  if (!r.cache_control.empty()) header("Cache-Control", r.cache_control);
+  if (r.unauthorized) header("WWW-Authenticate", "Bearer realm=\"tally\"");
+  header("Connection", close ? "close" : "keep-alive");
+  header("Content-Length", fmt::format_int(r.body.size()).c_str());
+  out.append("\r\n").append(r.body);
+  if (close) c->close_after_write = true;
+}
+
+void HttpShared::ProcessBlocking(const std::shared_ptr<HttpJob>& job) noexcept {
+  try {
+    Request request = job->request;
+    if (request.body.size() > options.max_body_bytes) {
+      request.body = {};
+      request.body_too_large = true;
+    }
+    job->loop->Post(job, service->Handle(request));
+  } catch (...) {
+    job->close = true;
+    job->loop->Post(
+        job, Response{500, kJsonContentType, RenderErrorBody("internal", "out of memory"), {}});
+  }
+}
+
+}  // namespace tally::query::internal
