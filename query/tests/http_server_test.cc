@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "http_wire.h"
+#include "ingest/event_publisher.h"
 #include "query/query_service.h"
 #include "store/state_store.h"
 #include "test_state.h"
+#include "testing/embedded_cluster.h"
 
 namespace tally::query {
 namespace {
@@ -52,7 +54,17 @@ class Client {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
-  ~Client() { ::close(fd_); }
+  ~Client() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Closes with a reset (SO_LINGER 0), as a client that crashed does: the
+  // server sees the connection fail at once, whatever it is doing.
+  void Reset() {
+    linger l{1, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    ::close(fd_);
+    fd_ = -1;
+  }
   bool connected() const { return connected_; }
 
   bool Send(std::string_view bytes) {
@@ -287,6 +299,51 @@ TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
   c.Send(body);
   EXPECT_EQ(c.Read().status, 413);
   EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
+}
+
+// A publish handed off the I/O thread whose client resets the connection
+// while the broker is slow to acknowledge: its answer comes after the
+// connection went, when another connection likely holds the descriptor,
+// and is dropped, never written there.
+TEST_F(HttpServerTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
+  tally::testing::EmbeddedCluster kafka;
+  ASSERT_TRUE(kafka.CreateTopic("tally.events", 2).ok());
+  ingest::PublisherOptions po;
+  po.kafka.brokers = kafka.bootstrap();
+  po.kafka.embedded = true;
+  po.kafka.overrides = {{"log_level", "0"}};
+  auto publisher = ingest::EventPublisher::Create(po);
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  server_.reset();
+  QueryServiceOptions o;
+  o.store = store_.get();
+  o.publisher = publisher->get();
+  service_ = std::make_unique<QueryService>(std::move(o));
+  Restart(ServerOptions{});
+  ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka.mock(), 1, 300), RD_KAFKA_RESP_ERR_NO_ERROR);
+
+  const auto post = [](const std::string& body) {
+    return "POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  const std::string one = R"([{"type":"view","ts":1,"post_id":7}])";
+  const std::string two =
+      R"([{"type":"view","ts":1,"post_id":7},{"type":"view","ts":2,"post_id":7}])";
+  for (int i = 0; i < 3; i++) {
+    Client gone(server_->bound_port());
+    ASSERT_TRUE(gone.connected());
+    gone.Send(post(one));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // read and handed off
+    gone.Reset();
+    // The next connection waits on a publish of its own when the first
+    // one's answer comes.
+    Client next(server_->bound_port());
+    next.Send(post(two));
+    HttpResponse r = next.Read();
+    EXPECT_EQ(r.status, 202) << "round " << i << ": " << r.head << r.body;
+    EXPECT_EQ(r.body, R"({"accepted":2})") << "round " << i;
+  }
+  server_.reset();  // before the publisher and the cluster go
 }
 
 TEST_F(HttpServerTest, HugeAnnouncedBodyClosesTheConnectionUnread) {
