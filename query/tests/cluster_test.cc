@@ -442,12 +442,8 @@ TEST_F(ClusterTest, ClusterRouteAnswersTheDirectory) {
 TEST_F(ClusterTest, FeedResetRecordsEveryFolloweesCountFromTheirMembers) {
   testing::MockKafka kafka;
   kafka.CreateTopic("tally.events", 2);
-  ingest::PublisherOptions po;
-  po.kafka.brokers = kafka.brokers();
-  po.kafka.embedded = true;
-  po.kafka.overrides = {{"log_level", "0"}};
-  auto publisher = ingest::EventPublisher::Create(po);
-  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  auto publisher = kafka.NewPublisher();
+  ASSERT_NE(publisher, nullptr);
   auto expected = reference_->CurrentFolloweePosts(reader_);
   ASSERT_TRUE(expected.ok());
   ASSERT_EQ(expected->size(), users_.size());
@@ -459,7 +455,7 @@ TEST_F(ClusterTest, FeedResetRecordsEveryFolloweesCountFromTheirMembers) {
     QueryServiceOptions o;
     o.store = m.store.get();
     o.cluster = m.routing.get();
-    o.publisher = publisher->get();
+    o.publisher = publisher.get();
     QueryService service(std::move(o));
     const std::string target = fmt::format("/v1/users/{}/unread/feed/reset", reader_);
     Response r = service.Handle(Request{"POST", target, {}, false, {}, {}});

@@ -276,18 +276,14 @@ TEST_F(ClusterWatermarksHttpTest, WaitVisibleWaitsForEveryMembersPartitions) {
   // of its own. The router committed past everything to come.
   kafka_.Produce("tally.deltas", 3, 1);
   kafka_.Commit("tally", {{{"tally.events", 0}, 5}, {{"tally.events", 1}, 5}});
-  ingest::PublisherOptions po;
-  po.kafka.brokers = kafka_.brokers();
-  po.kafka.embedded = true;
-  po.kafka.overrides = {{"log_level", "0"}};
-  auto publisher = ingest::EventPublisher::Create(po);
-  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  auto publisher = kafka_.NewPublisher();
+  ASSERT_NE(publisher, nullptr);
   Member& a = members_[0];
   QueryServiceOptions o;
   o.store = a.store.get();
   o.watermarks = a.watermarks.get();
   o.cluster = a.routing.get();
-  o.publisher = publisher->get();
+  o.publisher = publisher.get();
   o.visible_timeout_ms = 1500;
   QueryService service(std::move(o));
   const std::string_view event = R"({"type":"like","ts":5,"post_id":7,"user_id":1})";

@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "http_wire.h"
-#include "ingest/event_publisher.h"
+#include "mock_kafka.h"
 #include "query/query_service.h"
 #include "store/state_store.h"
 #include "test_state.h"
-#include "testing/embedded_cluster.h"
 
 namespace tally::query {
 namespace {
@@ -306,18 +305,14 @@ TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
 // connection went, when another connection likely holds the descriptor,
 // and is dropped, never written there.
 TEST_F(HttpServerTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
-  tally::testing::EmbeddedCluster kafka;
-  ASSERT_TRUE(kafka.CreateTopic("tally.events", 2).ok());
-  ingest::PublisherOptions po;
-  po.kafka.brokers = kafka.bootstrap();
-  po.kafka.embedded = true;
-  po.kafka.overrides = {{"log_level", "0"}};
-  auto publisher = ingest::EventPublisher::Create(po);
-  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  testing::MockKafka kafka;
+  kafka.CreateTopic("tally.events", 2);
+  auto publisher = kafka.NewPublisher();
+  ASSERT_NE(publisher, nullptr);
   server_.reset();
   QueryServiceOptions o;
   o.store = store_.get();
-  o.publisher = publisher->get();
+  o.publisher = publisher.get();
   service_ = std::make_unique<QueryService>(std::move(o));
   Restart(ServerOptions{});
   ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka.mock(), 1, 300), RD_KAFKA_RESP_ERR_NO_ERROR);

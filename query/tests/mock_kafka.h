@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ingest/event_publisher.h"
 #include "testing/embedded_cluster.h"
 
 namespace tally::query::testing {
@@ -28,6 +30,23 @@ struct ReadRecord {
 class MockKafka {
  public:
   std::string brokers() const { return cluster_.bootstrap(); }
+  // For fault injection (rd_kafka_mock_*).
+  rd_kafka_mock_cluster_t* mock() const { return cluster_.mock(); }
+
+  // tally's publisher to this cluster, as the HTTP tier uses it; null (and
+  // a test failure) if it cannot be created.
+  std::unique_ptr<ingest::EventPublisher> NewPublisher() {
+    ingest::PublisherOptions po;
+    po.kafka.brokers = brokers();
+    po.kafka.embedded = true;
+    po.kafka.overrides = {{"log_level", "0"}};
+    auto publisher = ingest::EventPublisher::Create(po);
+    if (!publisher.ok()) {
+      ADD_FAILURE() << publisher.status().ToString();
+      return nullptr;
+    }
+    return std::move(publisher).value();
+  }
 
   void CreateTopic(const std::string& topic, int partitions) {
     base::Status st = cluster_.CreateTopic(topic, partitions);

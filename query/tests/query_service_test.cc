@@ -426,13 +426,8 @@ class QueryServicePublishTest : public QueryServiceTest {
   void SetUp() override {
     QueryServiceTest::SetUp();
     kafka_.CreateTopic("tally.events", 2);
-    ingest::PublisherOptions po;
-    po.kafka.brokers = kafka_.brokers();
-    po.kafka.embedded = true;
-    po.kafka.overrides = {{"log_level", "0"}};
-    auto p = ingest::EventPublisher::Create(po);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    publisher_ = std::move(p).value();
+    publisher_ = kafka_.NewPublisher();
+    ASSERT_NE(publisher_, nullptr);
     MakeService(publisher_.get());
   }
   testing::MockKafka kafka_;

@@ -116,9 +116,9 @@ class Bench {
   void Unpin(Process* server);
   bool PinsQueries() const { return f_.pin && std::thread::hardware_concurrency() >= 2; }
   // Threads of a query load generator (wrk, redis-benchmark): 2, but no
-  // more than the CPUs Pin() gives it. Two threads time-sliced on one CPU
-  // put the generator's own run-queue waits (a scheduler slice, 3-4 ms)
-  // into every latency it measures once it is the busier side.
+  // more than the CPUs Pin() gives it. Threads time-sliced on one CPU put
+  // the generator's own waits for that CPU into every latency it measures
+  // once it is the busier side (tests/bench/README.md).
   int LoadThreads() const;
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
