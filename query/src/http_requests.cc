@@ -25,17 +25,6 @@ namespace {
 constexpr size_t kMaxFieldNameBytes = 1024;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); i++) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // The printed address of a peer.
 std::string AddressText(const sockaddr_storage& peer) {
   char buf[INET6_ADDRSTRLEN] = {};
@@ -77,7 +66,8 @@ void HttpLoop::Consume(Conn* c, const char* data, size_t n) {
       const bool keep_alive = http_should_keep_alive(&c->parser) != 0 && c->parser.upgrade == 0;
       Dispatch(c, keep_alive);
       BeginMessage(c);
-      c->deadline_ms = now_ms_ + options_.read_timeout_ms;
+      // A request handed off keeps the handle deadline HandOff() set.
+      if (!c->handling) c->deadline_ms = now_ms_ + options_.read_timeout_ms;
       if (!MayRead(c)) {
         if (!c->close_after_write) c->pending.assign(data, n);
         return;
@@ -102,7 +92,7 @@ std::string* HttpLoop::KeptHeader(Conn* c) {
                                                 "expect"};
   std::string* const kept[] = {&c->authorization, &c->forwarded, &c->if_none_match, &c->expect};
   for (unsigned i = 0; i < std::size(kNames); i++) {
-    if ((c->seen & (1u << i)) == 0 && EqualsIgnoringCase(c->field, kNames[i])) {
+    if ((c->seen & (1u << i)) == 0 && SameHeaderName(c->field, kNames[i])) {
       c->seen |= 1u << i;
       return kept[i];
     }
@@ -154,7 +144,7 @@ int HttpLoop::OnHeadersComplete(http_parser* p) {
   // A client that waits for leave to send its body (curl does, for large
   // ones) gets it at once rather than after its own timeout.
   if (!c->expect.empty() && p->http_major == 1 && p->http_minor >= 1 &&
-      EqualsIgnoringCase(c->expect, "100-continue")) {
+      SameHeaderName(c->expect, "100-continue")) {
     c->out.append(kContinue);
   }
   return 0;

@@ -40,6 +40,17 @@ const char* ReasonPhrase(int status) {
   }
 }
 
+bool SameHeaderName(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
 std::string_view HttpDate() {
   thread_local time_t cached_second = -1;
   thread_local char buf[40];

@@ -1,6 +1,6 @@
-// HTTP/1.1 details of the transport that need no RESTinio: the reason
-// phrases, the Date header and the listen address. Internal to query/
-// (http_server.cc).
+// HTTP/1.1 details shared by the transport and the peer client: the reason
+// phrases, the Date header, header names compared as HTTP compares them,
+// and the listen address. Internal to query/.
 //
 // Thread model: pure functions; HttpDate() keeps a per-thread cache.
 #pragma once
@@ -13,6 +13,10 @@
 #include "base/status.h"
 
 namespace tally::query::internal {
+
+// True when `a` and `b` are the same header name: equal but for the case
+// of ASCII letters (RFC 9110 section 5.1).
+bool SameHeaderName(std::string_view a, std::string_view b);
 
 // The reason phrase of an HTTP status we answer; "Unknown" for others.
 const char* ReasonPhrase(int status);

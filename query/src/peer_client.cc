@@ -1,11 +1,11 @@
 #include "query/peer_client.h"
 
 #include <atomic>
-#include <cctype>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "http_wire.h"
 #include "peer_request.h"
 #include "peer_shard.h"
 
@@ -53,13 +53,9 @@ std::string_view PeerResponse::Header(std::string_view name) const {
     std::string_view line = h.substr(0, eol);
     h.remove_prefix(eol == std::string_view::npos ? h.size() : eol + 2);
     size_t colon = line.find(':');
-    if (colon != name.size()) continue;
-    bool same = true;
-    for (size_t i = 0; i < colon && same; i++) {
-      same = std::tolower(static_cast<unsigned char>(line[i])) ==
-             std::tolower(static_cast<unsigned char>(name[i]));
+    if (colon == std::string_view::npos || !internal::SameHeaderName(line.substr(0, colon), name)) {
+      continue;
     }
-    if (!same) continue;
     std::string_view value = line.substr(colon + 1);
     while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
       value.remove_prefix(1);

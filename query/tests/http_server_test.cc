@@ -341,6 +341,34 @@ TEST_F(HttpServerTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
   server_.reset();  // before the publisher and the cluster go
 }
 
+// A publish that waits on a slow broker longer than the read timeout is
+// bound by the handle timeout, and answered.
+TEST_F(HttpServerTest, AHandedOffRequestWaitsOutTheHandleTimeoutNotTheReadTimeout) {
+  testing::MockKafka kafka;
+  kafka.CreateTopic("tally.events", 2);
+  auto publisher = kafka.NewPublisher();
+  ASSERT_NE(publisher, nullptr);
+  server_.reset();
+  QueryServiceOptions o;
+  o.store = store_.get();
+  o.publisher = publisher.get();
+  service_ = std::make_unique<QueryService>(std::move(o));
+  ServerOptions so;
+  so.read_timeout_ms = 200;
+  so.handle_timeout_ms = 10000;
+  Restart(so);
+  ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka.mock(), 1, 800), RD_KAFKA_RESP_ERR_NO_ERROR);
+
+  const std::string body = R"([{"type":"view","ts":1,"post_id":7}])";
+  Client c(server_->bound_port());
+  c.Send("POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 202) << r.head << r.body;
+  EXPECT_EQ(r.body, R"({"accepted":1})");
+  server_.reset();  // before the publisher and the cluster go
+}
+
 TEST_F(HttpServerTest, HugeAnnouncedBodyClosesTheConnectionUnread) {
   Client c(server_->bound_port());
   c.Send("POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Length: 104857600\r\n\r\n");
