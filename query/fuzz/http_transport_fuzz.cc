@@ -12,10 +12,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,11 +75,38 @@ bool WellFormed(std::string_view out) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint16_t port = Server()->bound_port();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  // Each connection from another loopback address (127.1.0.0 on): tens of
+  // thousands of inputs a second from one address would reuse its ports
+  // while their last connections still wait in TIME_WAIT.
+  static uint32_t next_source = 0;
+  const uint32_t n = next_source++ % (250u << 16);
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl((127u << 24) | ((1 + (n >> 16)) << 16) | (n & 0xffff));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) {
+    std::fprintf(stderr, "bind: %s\n", std::strerror(errno));
+    std::abort();
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+  // libFuzzer's SIGALRM (its -timeout check, every few seconds) interrupts
+  // system calls here: an interrupted connect goes on by itself.
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int error = errno;
+    if (error == EINTR) {
+      pollfd p{fd, POLLOUT, 0};
+      while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
+      }
+      socklen_t len = sizeof(error);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+    }
+    if (error != 0) {
+      std::fprintf(stderr, "connect: %s\n", std::strerror(error));
+      std::abort();
+    }
+  }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // The server may close before it has read everything (bytes that are not
@@ -85,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t sent = 0;
   while (sent < size) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -96,12 +126,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                           deadline - std::chrono::steady_clock::now())
                           .count();
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
+    const int ready = left <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
       std::fprintf(stderr, "the server did not close the connection within 5 s\n");
       std::abort();
     }
     char buf[65536];
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // closed (or reset, after bytes that are not HTTP)
     out.append(buf, static_cast<size_t>(n));
   }
