@@ -300,22 +300,40 @@ TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
   EXPECT_EQ(c.Get("/v1/posts/7/counts").body, kPost7);
 }
 
+// The server over a service that publishes to an embedded broker.
+class HttpServerPublishTest : public HttpServerTest {
+ protected:
+  void SetUp() override {
+    HttpServerTest::SetUp();
+    kafka_.CreateTopic("tally.events", 2);
+    publisher_ = kafka_.NewPublisher();
+    ASSERT_NE(publisher_, nullptr);
+  }
+  void TearDown() override { server_.reset(); }  // before the publisher and the broker
+
+  // Restarts the server with `so` over a service with the publisher; the
+  // broker answers `broker_rtt_ms` late from then on.
+  void Serve(ServerOptions so, int broker_rtt_ms) {
+    server_.reset();
+    QueryServiceOptions o;
+    o.store = store_.get();
+    o.publisher = publisher_.get();
+    service_ = std::make_unique<QueryService>(std::move(o));
+    Restart(so);
+    ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka_.mock(), 1, broker_rtt_ms),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+  testing::MockKafka kafka_;
+  std::unique_ptr<ingest::EventPublisher> publisher_;
+};
+
 // A publish handed off the I/O thread whose client resets the connection
 // while the broker is slow to acknowledge: its answer comes after the
 // connection went, when another connection likely holds the descriptor,
 // and is dropped, never written there.
-TEST_F(HttpServerTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
-  testing::MockKafka kafka;
-  kafka.CreateTopic("tally.events", 2);
-  auto publisher = kafka.NewPublisher();
-  ASSERT_NE(publisher, nullptr);
-  server_.reset();
-  QueryServiceOptions o;
-  o.store = store_.get();
-  o.publisher = publisher.get();
-  service_ = std::make_unique<QueryService>(std::move(o));
-  Restart(ServerOptions{});
-  ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka.mock(), 1, 300), RD_KAFKA_RESP_ERR_NO_ERROR);
+TEST_F(HttpServerPublishTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
+  ASSERT_NO_FATAL_FAILURE(Serve(ServerOptions{}, /*broker_rtt_ms=*/300));
 
   const auto post = [](const std::string& body) {
     return "POST /v1/events HTTP/1.1\r\nHost: test\r\nContent-Length: " +
@@ -338,26 +356,15 @@ TEST_F(HttpServerTest, AnAnswerForAConnectionThatWentIsNeverWrittenToAnother) {
     EXPECT_EQ(r.status, 202) << "round " << i << ": " << r.head << r.body;
     EXPECT_EQ(r.body, R"({"accepted":2})") << "round " << i;
   }
-  server_.reset();  // before the publisher and the cluster go
 }
 
 // A publish that waits on a slow broker longer than the read timeout is
 // bound by the handle timeout, and answered.
-TEST_F(HttpServerTest, AHandedOffRequestWaitsOutTheHandleTimeoutNotTheReadTimeout) {
-  testing::MockKafka kafka;
-  kafka.CreateTopic("tally.events", 2);
-  auto publisher = kafka.NewPublisher();
-  ASSERT_NE(publisher, nullptr);
-  server_.reset();
-  QueryServiceOptions o;
-  o.store = store_.get();
-  o.publisher = publisher.get();
-  service_ = std::make_unique<QueryService>(std::move(o));
+TEST_F(HttpServerPublishTest, AHandedOffRequestWaitsOutTheHandleTimeoutNotTheReadTimeout) {
   ServerOptions so;
   so.read_timeout_ms = 200;
   so.handle_timeout_ms = 10000;
-  Restart(so);
-  ASSERT_EQ(rd_kafka_mock_broker_set_rtt(kafka.mock(), 1, 800), RD_KAFKA_RESP_ERR_NO_ERROR);
+  ASSERT_NO_FATAL_FAILURE(Serve(so, /*broker_rtt_ms=*/800));
 
   const std::string body = R"([{"type":"view","ts":1,"post_id":7}])";
   Client c(server_->bound_port());
@@ -366,7 +373,6 @@ TEST_F(HttpServerTest, AHandedOffRequestWaitsOutTheHandleTimeoutNotTheReadTimeou
   HttpResponse r = c.Read();
   EXPECT_EQ(r.status, 202) << r.head << r.body;
   EXPECT_EQ(r.body, R"({"accepted":1})");
-  server_.reset();  // before the publisher and the cluster go
 }
 
 TEST_F(HttpServerTest, HugeAnnouncedBodyClosesTheConnectionUnread) {
