@@ -161,7 +161,7 @@ void HttpLoop::OnWake() {
       try {
         c->handling = false;
         Answer(c, response, job->close);
-        BeginMessage(c);
+        // Consume() began the next message when it handed this one off.
         c->deadline_ms = now_ms_ + options_.read_timeout_ms;
         Drive(c);
       } catch (...) {
