@@ -18,9 +18,11 @@ struct RouteTable {
   using S = QueryService;
   // Publishes wait for the broker's acks and watermarks ask the broker, so
   // those may block; probes and scrapers are never rate limited; writes need
-  // the token; /healthz, /metrics, /v1/info and /v1/watermarks answer while
-  // the state is not ready (/healthz to say so); the reads of state by an
-  // id may be forwarded to another member.
+  // the token; /healthz, /metrics and /v1/info answer while the state is
+  // not ready (/healthz to say so). /v1/watermarks does not: its lag 0
+  // promises that every read sees every record, and a member that is not
+  // ready answers reads 503. The reads of state by an id may be forwarded
+  // to another member.
   static constexpr Route kRows[] = {
       {.name = "post_counts",
        .pattern = "/v1/posts/{post_id}/counts",
@@ -75,7 +77,8 @@ struct RouteTable {
        .pattern = "/v1/watermarks",
        .method = kGet,
        .handler = &S::HandleWatermarks,
-       .may_block = true},
+       .may_block = true,
+       .needs_ready = true},
       {.name = "events",
        .pattern = "/v1/events",
        .method = kPost,

@@ -41,7 +41,7 @@ constexpr SpecRoute kSpecRoutes[] = {
     {"GET", "/v1/posts/7/likes/42", "post_like", false, false, false, true},
     {"GET", "/v1/posts/7/views/42", "post_view", false, false, false, true},
     {"GET", "/v1/users/42/feed/snapshot", "feed_snapshot", false, false, false, true},
-    {"GET", "/v1/watermarks", "watermarks", true, false, false, false},
+    {"GET", "/v1/watermarks", "watermarks", true, false, false, true},
     {"POST", "/v1/events", "events", true, false, true, true},
     {"GET", "/v1/info", "info", false, false, false, false},
     {"GET", "/healthz", "healthz", false, true, false, false},
