@@ -43,7 +43,8 @@ bool WaitForLagZero(query::WatermarkSource* watermarks, int64_t deadline_ms, int
   *lag = -1;
   for (;;) {
     if (!base::KafkaHealth::Global().Problem().empty()) return false;
-    auto report = watermarks->Compute();
+    // A broker that does not answer must not hold the stop past its budget.
+    auto report = watermarks->Compute(deadline_ms);
     if (report.ok()) {
       *lag = report->lag;
       if (report->lag == 0) return true;

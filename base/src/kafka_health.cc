@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/shutdown.h"
 
 namespace tally::base {
 namespace {
@@ -123,7 +125,10 @@ Status KafkaHealth::StartProbe(const KafkaOptions& options, int interval_ms) {
       lock.unlock();
       const rd_kafka_metadata_t* md = nullptr;
       rd_kafka_poll(handle->get(), 0);  // serves the probe's own error callbacks
-      rd_kafka_resp_err_t err = rd_kafka_metadata(handle->get(), 0, nullptr, &md, 1000);
+      // Within the stop's budget once a stop was requested, so that the
+      // stop's join of this thread does not wait out a probe.
+      rd_kafka_resp_err_t err =
+          rd_kafka_metadata(handle->get(), 0, nullptr, &md, std::max(StopBudgetLeftMs(1000), 1));
       if (md) rd_kafka_metadata_destroy(md);
       lock.lock();
       if (!err) {

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -114,10 +115,14 @@ int KafkaProducer::OutQueueLength() { return rd_kafka_outq_len(rk_.get()); }
 Status KafkaProducer::Flush(const std::atomic<bool>* stop,
                             const std::function<void(int)>& on_wait) {
   int stopping_s = 0;
-  for (int waited_s = 1; rd_kafka_flush(rk_.get(), 1000) != RD_KAFKA_RESP_ERR_NO_ERROR;
-       waited_s++) {
-    if (stop != nullptr && stop->load() &&
-        (++stopping_s >= kFlushAtStopSeconds || StopBudgetLeftMs(1000) == 0)) {
+  for (int waited_s = 1;; waited_s++) {
+    // Once a stop was requested, never wait past its budget: a second of
+    // flushing begun near its end would overshoot it by that second (the
+    // stage's `stop` may be set only later, after the HTTP tier stopped).
+    const bool stopping = stop != nullptr && stop->load();
+    const int wait_ms = std::max(StopBudgetLeftMs(1000), stopping ? 0 : 10);
+    if (rd_kafka_flush(rk_.get(), wait_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+    if (stopping && (++stopping_s >= kFlushAtStopSeconds || StopBudgetLeftMs(1000) == 0)) {
       const int left = rd_kafka_outq_len(rk_.get());
       rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_poll(rk_.get(), 0);  // the purged records' delivery reports

@@ -197,7 +197,9 @@ void StatusHistory::SampleNow(int64_t now_ms) {
   std::vector<int64_t> lags;
   std::vector<PartitionOffsetsNow> offsets;
   if (options_.watermarks != nullptr) {
-    auto report = options_.watermarks->Compute();
+    // A sample the broker cannot answer within its interval is unknown,
+    // not late: the next one is due.
+    auto report = options_.watermarks->Compute(base::SteadyMs() + options_.interval_ms);
     if (report.ok()) {
       s.lag = report->lag;
       for (const WatermarkRow& r : report->rows) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/clock.h"
+#include "base/shutdown.h"
 #include "store/state_store.h"
 
 namespace tally::query {
@@ -163,12 +165,29 @@ WatermarkSource::~WatermarkSource() = default;
 
 base::Result<WatermarkReport> WatermarkSource::Compute() {
   std::lock_guard<std::mutex> lock(mu_);
-  return ComputeLocked();
+  return ComputeLocked(-1);
 }
 
-base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
+base::Result<WatermarkReport> WatermarkSource::Compute(int64_t deadline_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ComputeLocked(deadline_ms);
+}
+
+base::Result<WatermarkReport> WatermarkSource::ComputeLocked(int64_t deadline_ms) {
   rd_kafka_t* rk = rk_.get();
-  const int timeout = options_.timeout_ms;
+  // Each broker request waits its own timeout, or what is left until the
+  // caller's deadline, or of the stop's budget once a stop was requested
+  // (the status sampler and ?wait=visible poll from threads a stop joins);
+  // at least 1 ms: librdkafka reads 0 as "no wait".
+  const int timeout_limit = options_.timeout_ms;
+  auto timeout_left = [deadline_ms, timeout_limit]() -> int {
+    int64_t left = base::StopBudgetLeftMs(timeout_limit);
+    if (deadline_ms >= 0) left = std::min<int64_t>(left, deadline_ms - base::SteadyMs());
+    return static_cast<int>(std::clamp<int64_t>(left, 1, timeout_limit));
+  };
+  if (deadline_ms >= 0 && base::SteadyMs() >= deadline_ms) {
+    return base::Status::Unavailable("watermarks: the caller's deadline passed");
+  }
 
   // (1) The router's committed offsets on every input partition. Must come
   // before everything else: an offset is committed only once every delta
@@ -177,12 +196,12 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
   {
     base::KafkaPartitionList list(rd_kafka_topic_partition_list_new(64));
     for (const std::string& topic : options_.input_topics) {
-      auto n = base::PartitionCount(rk, topic, timeout);
+      auto n = base::PartitionCount(rk, topic, timeout_left());
       if (!n.ok()) return AsUnavailable(n.status(), fmt::format("partitions of {}", topic));
       for (int p = 0; p < *n; p++) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
     }
     base::Status st =
-        base::KafkaStatus(rd_kafka_committed(rk, list.get(), timeout),
+        base::KafkaStatus(rd_kafka_committed(rk, list.get(), timeout_left()),
                           fmt::format("committed offsets of group {}", options_.group_id));
     if (!st.ok()) {
       // librdkafka keeps asking the group coordinator it knew, and a broker
@@ -221,13 +240,13 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked() {
   std::vector<std::vector<base::PartitionOffsets>> input;
   input.reserve(options_.input_topics.size());
   for (const std::string& topic : options_.input_topics) {
-    auto w = base::QueryWatermarks(rk, topic, timeout);
+    auto w = base::QueryWatermarks(rk, topic, timeout_left());
     if (!w.ok()) return AsUnavailable(w.status(), fmt::format("end offsets of {}", topic));
     input.push_back(std::move(w).value());
   }
 
   // (4) The ends of tally.deltas.
-  auto deltas = base::QueryWatermarks(rk, options_.deltas_topic, timeout);
+  auto deltas = base::QueryWatermarks(rk, options_.deltas_topic, timeout_left());
   if (!deltas.ok()) {
     return AsUnavailable(deltas.status(), fmt::format("end offsets of {}", options_.deltas_topic));
   }

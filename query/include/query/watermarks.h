@@ -119,12 +119,18 @@ class WatermarkSource {
   // calls are serialized.
   base::Result<WatermarkReport> Compute();
 
+  // The same, but every broker request waits at most until `deadline_ms`
+  // (base::SteadyMs()) rather than `timeout_ms` each: a caller with a
+  // deadline of its own (a stop waiting for lag 0) is not held past it by
+  // a broker that does not answer. Unavailable once the deadline passed.
+  base::Result<WatermarkReport> Compute(int64_t deadline_ms);
+
   const std::string& deltas_topic() const { return options_.deltas_topic; }
 
  private:
   WatermarkSource(WatermarkOptions options, store::StateStore* store, base::KafkaHandle rk);
   static base::Result<base::KafkaHandle> MakeHandle(const WatermarkOptions& options);
-  base::Result<WatermarkReport> ComputeLocked();
+  base::Result<WatermarkReport> ComputeLocked(int64_t deadline_ms);
 
   WatermarkOptions options_;
   store::StateStore* store_;
