@@ -104,20 +104,22 @@ bool IntField(const nlohmann::json& j, const char* name, int64_t* out) {
 }  // namespace
 
 namespace {
-// Set when a peer asked during the request on this thread gave no answer
-// (Dispatch runs a read once more: routing now goes around that peer).
-thread_local bool t_peer_failed = false;
+// Set when the routing of the request on this thread turned out wrong: a
+// peer asked gave no answer, or a partition routed here was gone when read
+// (Dispatch runs a read once more: routing now goes around that peer, or to
+// where the partition went).
+thread_local bool t_route_again = false;
 }  // namespace
 
 void QueryService::PeerDidNotAnswer(const std::string& member) {
-  t_peer_failed = true;
+  t_route_again = true;
   options_.cluster->Unreachable(member);
 }
 
-bool QueryService::TakePeerFailed() {
-  bool failed = t_peer_failed;
-  t_peer_failed = false;
-  return failed;
+bool QueryService::TakeRouteAgain() {
+  bool again = t_route_again;
+  t_route_again = false;
+  return again;
 }
 
 std::string QueryService::SelfId() const {
@@ -131,6 +133,7 @@ Response QueryService::Local(Response response) const {
 
 Response QueryService::ReadFailed(const base::Status& status, std::string_view context) {
   if (store::IsNotHeld(status)) {
+    t_route_again = true;
     std::vector<uint32_t> parts = store::NotHeldPartitions(status);
     return PartitionMoving(parts.empty() ? 0 : parts[0],
                            fmt::format("{}: not held here now", context));

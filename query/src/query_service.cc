@@ -259,11 +259,13 @@ Response QueryService::Dispatch(const Request& request, int* route_slot) {
       return BadId(m.param_name[i], m.param[i]);
     }
   }
-  TakePeerFailed();
+  TakeRouteAgain();
   Response r = (this->*route.handler)(request, m);
-  // A read that found a peer dead (killed, its record not expired yet)
-  // runs once more: routing now goes around it, to a current standby.
-  if (r.status == 503 && request.method == "GET" && TakePeerFailed()) {
+  // A read that found a peer dead (killed, its record not expired yet), or
+  // a partition gone from here since it was routed here (a handover between
+  // the two), runs once more: routing now goes around the peer, or to the
+  // partition's new home.
+  if (r.status == 503 && request.method == "GET" && TakeRouteAgain()) {
     r = (this->*route.handler)(request, m);
   }
   return r;

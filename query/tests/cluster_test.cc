@@ -400,6 +400,20 @@ TEST_F(ClusterTest, AReadGoesToAStandbyWhenTheOwnerDoesNotAnswer) {
   EXPECT_EQ(z.Connections(), 1);
 }
 
+// A partition that left this member between routing and reading (a
+// handover: the member says where the partition went, then drops it): the
+// read is routed once more, to where it went, and answered.
+TEST_F(ClusterTest, AReadOfAPartitionThatLeftWhileRoutedIsRoutedAgain) {
+  FixedRouting* routing = members_[0].routing.get();  // "a" does not hold b_part_
+  routing->SetStaleHere(b_part_, 1);
+  const uint64_t post = IdsIn(b_part_, 1, 1)[0];
+  const std::string target = fmt::format("/v1/posts/{}/counts", post);
+  Response r = members_[0].service->Handle(Request{"GET", target, {}, false, {}, {}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.member, "b");
+  EXPECT_EQ(r.body, Reference(target).second);
+}
+
 TEST_F(ClusterTest, ForwardedRequestIsAnsweredFromWhatIsHeld) {
   const uint64_t post = IdsIn(b_part_, 1, 1)[0];
   const std::string target = fmt::format("/v1/posts/{}/counts", post);

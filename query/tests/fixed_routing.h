@@ -31,6 +31,12 @@ class FixedRouting : public ClusterRouting {
     std::lock_guard<std::mutex> lock(mu_);
     fallback_[partition] = std::move(member);
   }
+  // The next `calls` calls of Home(partition) answer "here", whatever is
+  // set: a routing that has not yet seen the partition leave this member.
+  void SetStaleHere(uint32_t partition, int calls) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stale_here_[partition] = calls;
+  }
   std::vector<std::string> Unreachables() const {
     std::lock_guard<std::mutex> lock(mu_);
     return {unreachable_.begin(), unreachable_.end()};
@@ -48,6 +54,11 @@ class FixedRouting : public ClusterRouting {
   PartitionHome Home(uint32_t partition) const override {
     std::lock_guard<std::mutex> lock(mu_);
     PartitionHome h;
+    if (auto stale = stale_here_.find(partition); stale != stale_here_.end() && stale->second > 0) {
+      stale->second--;
+      h.where = PartitionHome::Where::kHere;
+      return h;
+    }
     auto it = owner_.find(partition);
     if (it != owner_.end() && unreachable_.count(it->second)) {
       it = fallback_.find(partition);
@@ -82,6 +93,7 @@ class FixedRouting : public ClusterRouting {
   std::map<std::string, std::string> urls_;
   std::map<uint32_t, std::string> fallback_;
   std::set<std::string> unreachable_;
+  mutable std::map<uint32_t, int> stale_here_;
 };
 
 }  // namespace tally::query::testing

@@ -269,12 +269,17 @@ class QueryService {
   // answer (forwarded), or 503 partition_moving. nullopt: read it here.
   std::optional<Response> RouteElsewhere(const Request& request, uint64_t entity);
   // A peer asked for this request gave no answer: tells the routing
-  // (ClusterRouting::Unreachable) and marks the request on this thread.
+  // (ClusterRouting::Unreachable) and marks the request on this thread to
+  // be routed again.
   void PeerDidNotAnswer(const std::string& member);
-  // Whether PeerDidNotAnswer() ran on this thread since the last call; clears it.
-  static bool TakePeerFailed();
+  // Whether this thread's request was marked to be routed again since the
+  // last call (a peer that did not answer, a partition that left this
+  // member between routing and reading); clears it.
+  static bool TakeRouteAgain();
   // The answer for a local read that failed with `status`: a partition not
-  // held (a move raced the read) is 503 partition_moving.
+  // held (a move raced the read) is 503 partition_moving, and the request
+  // is marked to be routed again: the member says where a partition went
+  // before it drops it, so the second routing sends the read there.
   Response ReadFailed(const base::Status& status, std::string_view context);
   // `response` stamped with this member in X-Tally-Member.
   Response Local(Response response) const;
