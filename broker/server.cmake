@@ -4,6 +4,9 @@
 tally_library(broker
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/server/broker.cc
           ${CMAKE_CURRENT_SOURCE_DIR}/src/server/handlers.cc
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/server/handlers_groups.cc
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/server/handlers_records.cc
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/server/handlers_topics.cc
           ${CMAKE_CURRENT_SOURCE_DIR}/src/server/producer_ids.cc
           ${CMAKE_CURRENT_SOURCE_DIR}/src/server/server.cc
   PUBLIC_DEPS tally::base
