@@ -42,6 +42,29 @@ def stop_cleanly(h, procs):
         h.check(clean and rc == 0, "%s on SIGTERM: exit %s%s" % (p.name, rc, "" if clean else " (SIGKILL)"))
 
 
+def wait_lag_zero_readable(h, client, proc, published):
+    """wait_lag_zero, checking on the way SPEC section 4's promise: whenever
+    /v1/watermarks answers, a read right after it is answered too (a member
+    still restoring answers both 503, never lag 0 beside a 503 read)."""
+    bad = []
+
+    def caught_up():
+        w = client.try_get("/v1/watermarks")
+        if w is None or w.status != 200:
+            return None
+        r = client.try_get("/v1/posts/1/counts")
+        if r is not None and r.status == 503:
+            bad.append((w.json().get("lag"), r.body[:160]))
+        report = w.json()
+        if report.get("lag") != 0 or tallyctl.end_offsets(report) < published:
+            return None
+        return report
+
+    tallyctl.wait_until("lag 0 on %s" % client.hostport, caught_up, 120, interval=0.02, proc=proc)
+    h.check(not bad, "/v1/watermarks answered while reads answered 503 (%d times; first: lag %s, %s)"
+            % (len(bad), bad[0][0] if bad else None, bad[0][1] if bad else None))
+
+
 NOTICES = 12
 NOTICE_READERS = (1, 2, 3, 4, 5)
 
@@ -169,6 +192,7 @@ def main():
         published += len(last)
         tallyctl.wait_until("the lone member to find the router group taken",
                             lambda: tallyctl.log_lines(h.path("c.log"), "refused a commit"), 60, proc=c)
+        wait_lag_zero_readable(h, cc, c, published)
         tallyctl.wait_lag_zero(cc, timeout=120, proc=c, min_input_end=published)
         checks.check_counts(h, cc, w.model)
         h.checkpoint("a lone member beside a router already in its group (%d records)" % published)
