@@ -24,6 +24,8 @@ if(TALLY_BUILD_TESTS)
             ${CMAKE_CURRENT_SOURCE_DIR}/tests/server_tools_test.cc
             ${CMAKE_CURRENT_SOURCE_DIR}/tests/server_robustness_test.cc
             ${CMAKE_CURRENT_SOURCE_DIR}/tests/server_raw_api_test.cc
+            ${CMAKE_CURRENT_SOURCE_DIR}/tests/server_crash_test.cc
+            ${CMAKE_CURRENT_SOURCE_DIR}/tests/server_disk_full_test.cc
     DEPS tally::broker tally::broker_wire tally::broker_log tally::testing
     LABELS integration
     TIMEOUT 120)

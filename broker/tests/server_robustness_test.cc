@@ -22,15 +22,6 @@ namespace {
 using testing::TempDir;
 using testing::WaitFor;
 
-int64_t CommittedOffset(rd_kafka_t* rk, const std::string& topic, int32_t partition) {
-  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(list, topic.c_str(), partition);
-  int64_t out = -100;
-  if (rd_kafka_committed(rk, list, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) out = list->elems[0].offset;
-  rd_kafka_topic_partition_list_destroy(list);
-  return out;
-}
-
 TEST(ServerDurabilityTest, RestartKeepsRecordsOffsetsAndClusterId) {
   TempDir dir("broker-server");
   std::string cluster;
@@ -111,28 +102,13 @@ TEST(ServerDurabilityTest, SecondBrokerOnTheSameDirectoryIsRefused) {
   EXPECT_EQ(second.status().code(), base::StatusCode::kFailedPrecondition);
 }
 
-// Starts broker_test_main on `port` (0: any) and returns its bootstrap.
-std::string StartChild(testing::ChildProcess* child, const std::filesystem::path& dir, int port) {
-  testing::ChildOptions o;
-  o.argv = {TALLY_BROKER_MAIN, dir.string(), std::to_string(port), "2"};
-  o.stdout_pipe = true;
-  o.log_path = (dir.parent_path() / (dir.filename().string() + "-child.log")).string();
-  if (!child->Start(o).ok()) return "";
-  for (int i = 0; i < 100; i++) {
-    std::string line = child->ReadLine(100);
-    if (line.rfind("BOOTSTRAP ", 0) == 0) return line.substr(10);
-    if (!child->Running()) return "";
-  }
-  return "";
-}
-
 TEST(ServerDurabilityTest, IdempotentProducerAcrossBrokerKills) {
   TempDir dir("broker-server");
   const std::filesystem::path log_dir = dir.path() / "log";
   auto child = std::make_unique<testing::ChildProcess>();
-  const std::string bootstrap = StartChild(child.get(), log_dir, 0);
+  const std::string bootstrap = StartBrokerChild(child.get(), log_dir, 0);
   ASSERT_FALSE(bootstrap.empty());
-  const int port = std::stoi(bootstrap.substr(bootstrap.rfind(':') + 1));
+  const int port = PortOf(bootstrap);
   Producer producer(bootstrap, {{"enable.idempotence", "true"},
                                 {"message.timeout.ms", "60000"},
                                 {"linger.ms", "2"},
@@ -155,7 +131,7 @@ TEST(ServerDurabilityTest, IdempotentProducerAcrossBrokerKills) {
     ASSERT_GE(producer.reports().size(), target);
     child->Kill();
     child = std::make_unique<testing::ChildProcess>();
-    ASSERT_FALSE(StartChild(child.get(), log_dir, port).empty());
+    ASSERT_FALSE(StartBrokerChild(child.get(), log_dir, port).empty());
   }
   while (produced < kRecords) {
     ASSERT_TRUE(producer.Produce("kills", produced % kPartitions, "", std::to_string(produced)));

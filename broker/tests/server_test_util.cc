@@ -295,6 +295,72 @@ std::string MakeBatch(const std::vector<std::string>& values, int64_t timestamp_
   return batch_encoding::BuildBatch(h, records);
 }
 
+std::string StartBrokerChild(testing::ChildProcess* child, const std::filesystem::path& log_dir,
+                             int port, int log_flush_ms, const std::filesystem::path& child_log) {
+  testing::ChildOptions o;
+  o.argv = {TALLY_BROKER_MAIN, log_dir.string(), std::to_string(port),
+            std::to_string(log_flush_ms)};
+  o.stdout_pipe = true;
+  o.log_path = child_log.empty()
+                   ? (log_dir.parent_path() / (log_dir.filename().string() + "-child.log")).string()
+                   : child_log.string();
+  if (!child->Start(o).ok()) return "";
+  for (int i = 0; i < 100; i++) {
+    std::string line = child->ReadLine(100);
+    if (line.rfind("BOOTSTRAP ", 0) == 0) return line.substr(10);
+    if (!child->Running()) return "";
+  }
+  return "";
+}
+
+int PortOf(const std::string& bootstrap) {
+  return std::stoi(bootstrap.substr(bootstrap.rfind(':') + 1));
+}
+
+bool CreateTopicRaw(int port, const std::string& topic, int32_t partitions) {
+  RawConn c(port);
+  CreateTopicsRequest create;
+  create.topics.push_back({topic, partitions, 1, {}, {}});
+  auto r = c.RoundTrip(create, 4);
+  if (!r.ok()) {
+    std::fprintf(stderr, "CreateTopics %s: %s\n", topic.c_str(), r.status().ToString().c_str());
+    return false;
+  }
+  const auto& resp = std::get<CreateTopicsResponse>(*r);
+  if (resp.topics.size() != 1 || resp.topics[0].error_code != ErrorCode::kNone) {
+    std::fprintf(stderr, "CreateTopics %s: refused\n", topic.c_str());
+    return false;
+  }
+  return true;
+}
+
+int64_t CommittedOffset(rd_kafka_t* rk, const std::string& topic, int32_t partition) {
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, topic.c_str(), partition);
+  int64_t out = -100;
+  if (rd_kafka_committed(rk, list, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) out = list->elems[0].offset;
+  rd_kafka_topic_partition_list_destroy(list);
+  return out;
+}
+
+std::vector<Msg> ReadWholeLog(const std::string& bootstrap, const std::string& topic,
+                              int32_t partitions, int timeout_ms) {
+  Consumer consumer(bootstrap, "whole-log-reader");
+  size_t total = 0;
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
+  for (int32_t p = 0; p < partitions; p++) {
+    int64_t low = -1, high = -1;
+    if (rd_kafka_query_watermark_offsets(consumer.handle(), topic.c_str(), p, &low, &high, 5000) ==
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+      total += static_cast<size_t>(high);
+    }
+    rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  }
+  rd_kafka_assign(consumer.handle(), list);
+  rd_kafka_topic_partition_list_destroy(list);
+  return consumer.Read(total, timeout_ms);
+}
+
 std::string RunShell(const std::string& command, int* exit_code, bool with_stderr) {
   const std::string cmd = with_stderr ? command + " 2>&1" : command;
   FILE* f = ::popen(cmd.c_str(), "r");

@@ -1,7 +1,8 @@
 // Helpers of the broker server tests: an in-process broker on port 0 in a
 // temporary directory, librdkafka producers and consumers with their
 // delivery reports, a raw Kafka connection speaking the wire area's codec
-// (for hostile bytes and exact timing), and running command-line clients.
+// (for hostile bytes and exact timing), a broker in a child process, and
+// running command-line clients.
 //
 // Thread model: each helper object belongs to the test thread that made it.
 #pragma once
@@ -19,6 +20,7 @@
 
 #include "base/status.h"
 #include "broker/broker.h"
+#include "testing/child_process.h"
 #include "wire/request.h"
 
 namespace tally::broker::test {
@@ -110,6 +112,32 @@ Request MakeRequest(RequestBody body, int16_t version, int32_t correlation_id);
 
 // A record batch (magic 2, not idempotent) holding `values`.
 std::string MakeBatch(const std::vector<std::string>& values, int64_t timestamp_ms = 1000);
+
+// Starts broker_test_main on 127.0.0.1:`port` (0: any free port) with its
+// log in `log_dir` and group commits every `log_flush_ms`; its stderr goes
+// to `child_log`, or if that is empty to `log_dir`-child.log beside the
+// directory. The bootstrap "127.0.0.1:port" once it listens, or "" if it
+// did not start within 10 s.
+std::string StartBrokerChild(testing::ChildProcess* child, const std::filesystem::path& log_dir,
+                             int port, int log_flush_ms = 2,
+                             const std::filesystem::path& child_log = {});
+
+// The port of a "host:port" bootstrap.
+int PortOf(const std::string& bootstrap);
+
+// Creates `topic` with `partitions` through a CreateTopics request to the
+// broker on `port`; false (and why on stderr) unless it was created.
+bool CreateTopicRaw(int port, const std::string& topic, int32_t partitions);
+
+// The offset `rk`'s group has committed for `topic`/`partition` (-1001:
+// none), or -100 if OffsetFetch failed.
+int64_t CommittedOffset(rd_kafka_t* rk, const std::string& topic, int32_t partition);
+
+// Every record of `topic`'s partitions [0, `partitions`) from offset 0 up to
+// each partition's high watermark at the time of the call, read by an
+// assigned consumer (no group membership). Fewer if `timeout_ms` passed.
+std::vector<Msg> ReadWholeLog(const std::string& bootstrap, const std::string& topic,
+                              int32_t partitions, int timeout_ms);
 
 // Runs `command` with /bin/sh; its stdout (and stderr if `with_stderr`).
 std::string RunShell(const std::string& command, int* exit_code, bool with_stderr = false);
