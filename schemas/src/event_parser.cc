@@ -88,6 +88,7 @@ enum class Problem : uint8_t {
   kBadSnapshotKey,
   kTitleTooLong,
   kBadChannel,
+  kBadEventId,
   kUnknownKind,
 };
 
@@ -123,6 +124,8 @@ const char* ProblemText(Problem p) {
       return "longer than 1024 characters";
     case Problem::kBadChannel:
       return "is not 1..64 characters of [a-z0-9_.-]";
+    case Problem::kBadEventId:
+      return "is not 1..64 printable ASCII characters";
     case Problem::kUnknownKind:
       return "unknown kind";
   }
@@ -148,7 +151,8 @@ struct Slot {
   // The target_ids element the problem is about, or -1.
   int32_t index = -1;
   // kBadSnapshotKey: the key; a snapshot value problem: its key;
-  // kUnknownKind: the kind. Points into the parser's string buffer.
+  // kUnknownKind, kBadChannel, kBadEventId: the value. Points into the
+  // parser's string buffer.
   std::string_view detail;
 };
 
@@ -603,6 +607,10 @@ bool EventParser::Impl::ReadField(Field f, od::value v, Event* out) {
     case Field::kId: {
       std::string_view s;
       if (!ReadString(v, kDepth, &s, &slot.problem)) return false;
+      if (slot.problem == Problem::kNone && !internal::IsEventId(s)) {
+        slot.problem = Problem::kBadEventId;
+        slot.detail = s;
+      }
       out->id.assign(s.data(), s.size());
       return true;
     }
@@ -684,6 +692,7 @@ Status EventParser::Impl::SlotStatus(Field f) const {
       break;
     case Problem::kUnknownKind:  // field kind: unknown kind "x"
     case Problem::kBadChannel:   // field channel: "A" is not ...
+    case Problem::kBadEventId:   // field id: "" is not ...
       msg.append(": ");
       if (slot.problem == Problem::kUnknownKind) msg.append("unknown kind ");
       internal::AppendQuotedForReason(&msg, slot.detail);

@@ -1,5 +1,6 @@
 #include "json_text.h"
 
+#include "schemas/event.h"
 #include "schemas/json_escape.h"
 
 namespace tally::schemas::internal {
@@ -56,6 +57,14 @@ bool IsChannelName(std::string_view s) {
   for (char c : s) {
     const bool ok = (c >= 'a' && c <= 'z') || IsDigit(c) || c == '_' || c == '.' || c == '-';
     if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsEventId(std::string_view s) {
+  if (s.empty() || s.size() > kMaxEventIdLength) return false;
+  for (char c : s) {
+    if (c < ' ' || c > '~') return false;  // char may be signed: bytes >= 0x80 are < ' '
   }
   return true;
 }

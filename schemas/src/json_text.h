@@ -1,5 +1,5 @@
 // Text-level rules shared by the event parser and EventToJson: the id string
-// rule, the JSON number grammar, channel names, code point counting and JSON
+// rule, the JSON number grammar, channel names, event ids, code point counting and JSON
 // string escaping. Each function mirrors one keyword of the JSON Schema files
 // in schemas/json/ exactly; the conformance test holds them to it.
 // Internal to schemas/: not part of the public API.
@@ -41,6 +41,10 @@ std::string_view TrimTrailingJsonWhitespace(std::string_view s);
 
 // True if `s` matches defs.json#/$defs/channel: 1..64 of [a-z0-9_.-].
 bool IsChannelName(std::string_view s);
+
+// True if `s` matches defs.json#/$defs/event_id: 1..64 printable ASCII
+// characters (0x20 ' ' .. 0x7E '~').
+bool IsEventId(std::string_view s);
 
 // The number of Unicode code points in `utf8`, which must be valid UTF-8
 // (what JSON Schema's maxLength counts).

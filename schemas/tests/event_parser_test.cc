@@ -213,11 +213,38 @@ TEST_F(EventParserTest, TsRange) {
   Invalid(R"({"type":"view","ts":true,"post_id":1})", "field ts: expected an integer");
 }
 
-TEST_F(EventParserTest, TracingId) {
-  EXPECT_EQ(Valid(Like(R"(,"id":"")")).id, "");
-  EXPECT_EQ(Valid(Like(R"(,"id":"a\"b\u0000")")).id, std::string("a\"b\0", 4));
+TEST_F(EventParserTest, EventIdIsOneTo64PrintableAsciiCharacters) {
+  EXPECT_EQ(Valid(Like("")).id, "");  // absent
+  EXPECT_EQ(Valid(Like(R"(,"id":"z")")).id, "z");
+  EXPECT_EQ(Valid(Like(R"(,"id":" ")")).id, " ");
+  EXPECT_EQ(Valid(Like(R"(,"id":"a\"b\\c~")")).id, "a\"b\\c~");
+  EXPECT_EQ(Valid(Like(R"(,"id":"\u0041")")).id, "A");  // an escape of a printable character
+  const std::string id64(kMaxEventIdLength, '~');
+  EXPECT_EQ(Valid(Like(R"(,"id":")" + id64 + "\"")).id, id64);
+
+  constexpr const char* kBad = "is not 1..64 printable ASCII characters";
+  Invalid(Like(R"(,"id":"")"), std::string(R"(field id: "" )") + kBad);
+  Invalid(Like(R"(,"id":")" + std::string(65, 'x') + "\""), kBad);
+  // A long id is cut in the reason, which stays one short line.
+  Invalid(Like(R"(,"id":")" + std::string(5000, 'y') + "\""),
+          R"(field id: ")" + std::string(64, 'y') + R"("... is not 1..64)");
+  Invalid(Like(R"(,"id":"a\u0001b")"), R"(field id: "a\u0001b" is not)");
+  Invalid(Like(R"(,"id":"a\u0000")"), kBad);
+  Invalid(Like(R"(,"id":"a\n")"), kBad);
+  Invalid(Like(R"(,"id":"a\t")"), kBad);
+  Invalid(Like(R"(,"id":"\u007f")"), kBad);
+  Invalid(Like(",\"id\":\"\xC3\xA9\""), kBad);  // é, raw UTF-8
+  Invalid(Like(R"(,"id":"\u00e9")"), kBad);     // é, escaped
+  Invalid(Like(R"(,"id":"\ud83d\ude00")"), kBad);
   Invalid(Like(R"(,"id":5)"), "field id: expected a string");
   Invalid(Like(R"(,"id":null)"), "field id: expected a string");
+}
+
+TEST_F(EventParserTest, BadEventIdIsRejectedWhateverTheType) {
+  Invalid(R"({"type":"notice","ts":1,"notice_id":1,"id":""})", "field id:");
+  Invalid(R"({"type":"read","ts":1,"user_id":1,"kind":"like","id":"\u00ff"})", "field id:");
+  // The type may come last: the id is still checked.
+  Invalid(R"({"id":"","ts":1,"post_id":1,"type":"view"})", "field id:");
 }
 
 TEST_F(EventParserTest, UnknownAndBadTypes) {
@@ -291,7 +318,8 @@ TEST_F(EventParserTest, LoneSurrogateEscapesAreRejectedEverywhere) {
   Invalid(Like(R"(,"x":"\ud800\u0041")"), "not valid JSON");
   Invalid(Like(R"(,"\udfff":1)"), "not valid JSON");
   Invalid(Like(R"(,"id":"\ud800")"), "not valid JSON");
-  EXPECT_EQ(Valid(Like(R"(,"id":"\ud83d\ude00")")).id, "\xF0\x9F\x98\x80");
+  EXPECT_EQ(Valid(R"({"type":"notice","ts":1,"notice_id":1,"title":"\ud83d\ude00"})").title,
+            "\xF0\x9F\x98\x80");
 }
 
 TEST_F(EventParserTest, DuplicateKeysAreRejectedInEveryObject) {

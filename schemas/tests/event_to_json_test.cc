@@ -53,7 +53,10 @@ Event RandomEvent(EventType t, std::mt19937_64& rng) {
   Event e;
   e.type = t;
   e.ts = static_cast<int64_t>(rng() % (static_cast<uint64_t>(kMaxTs) + 1));
-  if (rng() % 2) e.id = text(10);
+  if (rng() % 2) {  // an event id: 1..64 printable ASCII characters
+    e.id.resize(1 + rng() % kMaxEventIdLength);
+    for (char& c : e.id) c = static_cast<char>(' ' + rng() % 95);
+  }
   switch (t) {
     case EventType::kPost:
     case EventType::kPostDelete:

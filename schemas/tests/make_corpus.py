@@ -146,7 +146,7 @@ def hand_entries() -> List[Entry]:
     def without(d, key):
         return {k: v for k, v in d.items() if k != key}
 
-    # Every type: minimal, with every optional field, with a tracing id.
+    # Every type: minimal, with every optional field, with an event id.
     for t in TYPES:
         add(f"{t}: minimal", event(t), True)
         add(f"{t}: optional fields", event(t, id="trace-1", **OPTIONAL.get(t, {})), True)
@@ -191,9 +191,14 @@ def hand_entries() -> List[Entry]:
                   (True, False), (None, False), ([], False), ({}, False)]:
         add(f"ts={dump(v)}", event("like", ts=v), ok)
 
-    # The tracing id.
-    for v, ok in [("", True), ("abc", True), ("\u00e9\u4e2d\U0001F600", True), ("\u0000", True),
-                  (5, False), (None, False), (True, False), ([], False)]:
+    # The event id: 1..64 printable ASCII characters (0x20..0x7E).
+    for v, ok in [("abc", True), ("z", True), (" ", True), ("~" * 64, True), ("a b", True),
+                  ("".join(chr(c) for c in range(0x20, 0x60)), True),
+                  ("".join(chr(c) for c in range(0x3f, 0x7f)), True),
+                  ("", False), ("x" * 65, False), ("y" * 5000, False), ("a\u0001b", False),
+                  ("a\n", False), ("\na", False), ("a\u007f", False), ("\u0080", False),
+                  ("\u00e9", False), ("\u00e9\u4e2d\U0001F600", False), ("\u0000", False),
+                  ("\t", False), (5, False), (None, False), (True, False), ([], False)]:
         add(f"id={dump(v)}", event("view", id=v), ok)
         add(f"id={dump(v)} (UTF-8)", event("view", id=v), ok, ascii_only=False)
 

@@ -41,6 +41,8 @@ TEST(SchemaFilesTest, LimitsMatchTheConstants) {
   EXPECT_EQ(defs["id"]["anyOf"][0]["minimum"], 1);
   EXPECT_EQ(defs["id"]["anyOf"][0]["maximum"].get<uint64_t>(), kMaxId);
   EXPECT_EQ(defs["count"]["maximum"].get<uint64_t>(), kMaxId);
+  EXPECT_EQ(defs["event_id"]["pattern"],
+            "^[ -~]{1," + std::to_string(kMaxEventIdLength) + "}$(?!\\n)");
 
   const nlohmann::json mention = Load("mention")["properties"]["target_ids"];
   EXPECT_EQ(mention["minItems"], 1);

@@ -9,7 +9,13 @@ retry after an unclear answer (SPEC section 4, `503 outcome_unknown`).
 2. The broker is frozen (SIGSTOP) under a POST of views with ids: the answer
    is 503 `outcome_unknown`. The broker comes back, the client retries the
    same request: each view counts once.
-3. `tally replay` of tally.deltas into a new directory answers the same.
+3. Ids outside SPEC's 1..64 printable ASCII characters (empty, 65 and
+   5,000 characters, a control character, a DEL, non-ASCII): each POST is
+   400 `invalid_event` naming the field, two events with `"id":""` in one
+   batch too; the same lines published with kcat land in tally.dlq with a
+   reason naming the id, and none is counted. Ids at the rule's edges (one
+   character, 64, a space, `~`) are accepted and applied once per id.
+4. `tally replay` of tally.deltas into a new directory answers the same.
 
   python3 e2e_event_ids.py --tally build/tally [--work-dir DIR]
 """
@@ -40,6 +46,65 @@ def views(client, posts):
 
 def post_events(client, events):
     return client.post("/v1/events", json.dumps(events))
+
+
+# Ids SPEC refuses (section 1: 1..64 printable ASCII characters), by kind.
+BAD_IDS = [("empty", ""), ("65 characters", "x" * 65), ("5,000 characters", "y" * 5000),
+           ("a control character", "a\u0001b"), ("a newline", "a\n"), ("DEL", "a\u007fb"),
+           ("non-ASCII", "\u00e9"), ("an emoji", "\U0001F600")]
+# Ids at the edges of the rule, all valid.
+EDGE_IDS = ["z", "~" * 64, "a b", "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}"]
+
+
+def check_bad_ids(h, client, brokers, up, ts):
+    """Section 3: every id outside the rule is refused over HTTP and dead-lettered from Kafka."""
+    lines, statuses = [], []
+    for i, (kind, bad) in enumerate(BAD_IDS):
+        ev = {"type": "view", "ts": ts + i, "post_id": 9000 + i, "id": bad}
+        line = json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
+        lines.append((kind, 9000 + i, line))
+        r = client.post("/v1/events", line.encode())
+        err = r.json().get("error", {}) if r.status != 202 else {}
+        statuses.append("%s %d %s" % (kind, r.status, err.get("message", "")[:60]))
+        h.check(r.status == 400 and err.get("code") == "invalid_event" and "field id" in err.get("message", ""),
+                "POST of a view with an id of %s: want 400 invalid_event naming field id, got %r" % (kind, r))
+    twice = [{"type": "view", "ts": ts, "post_id": 9100, "id": ""}] * 2
+    r = post_events(client, twice)
+    h.check(r.status == 400, "POST of two views with \"id\":\"\": want 400, got %r" % r)
+    log("ids outside the rule over HTTP:\n    %s" % "\n    ".join(statuses))
+
+    good = [{"type": "view", "ts": ts, "post_id": 9200 + i, "id": g} for i, g in enumerate(EDGE_IDS)]
+    for attempt in range(2):
+        r = post_events(client, good)
+        h.check(r.status == 202, "POST of ids at the rule's edges (attempt %d): %r" % (attempt + 1, r))
+
+    before = tallyctl.end_offsets(tallyctl.watermarks(client))
+    tallyctl.publish(h.kcat, brokers, [line for _, _, line in lines], keyed=False)
+    tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=before + len(lines))
+    dead = {}
+
+    def all_dead():
+        out = tallyctl.consume(h.kcat, brokers, tallyctl.DLQ_TOPIC, "%h\x1e%s\n")
+        for rec in out.split("\n"):
+            headers, _, value = rec.partition("\x1e")
+            dead[value] = headers
+        return all(line in dead for _, _, line in lines)
+
+    try:
+        tallyctl.wait_until("the bad ids in tally.dlq", all_dead, 30, interval=0.5)
+    except tallyctl.TestFailure as e:
+        h.check(False, str(e))
+    for kind, _, line in lines:
+        headers = dead.get(line)
+        h.check(headers is not None and "tally.reason=field id" in headers,
+                "a view with an id of %s published with kcat: want it in tally.dlq with a reason naming "
+                "field id, got %s" % (kind, "nothing" if headers is None else repr(headers[:200])))
+    got = views(client, [p for _, p, _ in lines] + [9100] + [e["post_id"] for e in good])
+    counted = {p: v for p, v in got.items() if p < 9200 and v != 0}
+    h.check(not counted, "views with ids outside the rule were counted (post: views): %s" % counted)
+    edges = {p: v for p, v in got.items() if p >= 9200 and v != 1}
+    h.check(not edges, "views with ids at the rule's edges, POSTed twice, want 1 each: %s" % edges)
+    log("ids outside the rule from Kafka: %d dead letters, none counted" % len(lines))
 
 
 def main():
@@ -92,7 +157,11 @@ def main():
         h.check(not wrong, "after the retry, want 1 view each: %s" % wrong[:8])
         h.checkpoint("503 outcome_unknown, then a retry")
 
-        # 3. Replay decides the same.
+        # 3. Ids outside the rule.
+        check_bad_ids(h, client, brokers, up, ts)
+        h.checkpoint("ids outside 1..64 printable ASCII: 400, tally.dlq, not counted")
+
+        # 4. Replay decides the same.
         everything = [e["post_id"] for e in with_id + without + retry]
         live = views(client, everything)
         h.replay(brokers, h.path("replayed"))

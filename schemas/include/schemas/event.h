@@ -71,7 +71,9 @@ inline constexpr int64_t kMaxTs = 253402300799999LL;
 struct Event {
   EventType type = EventType::kPost;
   int64_t ts = 0;
-  std::string id;  // optional event id (SPEC section 1: applied once per id), empty when absent
+  // Optional event id (SPEC section 1: applied once per id): 1..kMaxEventIdLength
+  // printable ASCII characters; empty when absent.
+  std::string id;
 
   uint64_t post_id = 0;
   uint64_t user_id = 0;              // like/unlike/repost/comment/view/mention/follow/unfollow/read
@@ -95,6 +97,7 @@ struct Event {
 };
 
 // Limits of SPEC section 1, as in schemas/json/.
+inline constexpr size_t kMaxEventIdLength = 64;       // id: 1..64 of ' '..'~'
 inline constexpr size_t kMaxMentionTargets = 100;     // mention.target_ids: 1..100 ids
 inline constexpr size_t kMaxTitleCodePoints = 1024;   // notice.title: code points
 inline constexpr size_t kMaxSnapshotEntries = 10000;  // read.snapshot: entries
