@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,18 @@ class HttpLoop {
     std::string* value = nullptr;  // the kept header whose value is being read
     unsigned seen = 0;             // kept headers seen (bits), the first one counts
     std::string url, body, field, authorization, forwarded, if_none_match, expect;
+    std::string transfer_encoding;  // every Transfer-Encoding line, joined by ','
+    // The header section's lines as read (ScanHeaderLines): obs-fold is
+    // found here, since http_parser joins a folded line to the one before.
+    bool head_scanned = false;  // the empty line that ends it was seen
+    bool at_line_start = true;
+    bool folded = false;  // a header line began with a space or tab
+    int lines = 0;        // non-empty lines so far (the request line counts)
+    size_t line_bytes = 0;
+    // Set by OnHeadersComplete: the answer the headers alone decide (the
+    // parser is paused there); the body is never read, the connection
+    // closes after it.
+    std::optional<Response> refusal;
 
     std::string pending;  // read, not parsed: after a request was handed off
     std::string out;      // answers not yet written
@@ -137,6 +150,12 @@ class HttpLoop {
   // The string a header whose name was just read is kept in; null for the
   // headers tally does not read (and for a repeat of one it does).
   static std::string* KeptHeader(Conn* c);
+  // Follows the header section's lines through [data, data+n).
+  static void ScanHeaderLines(Conn* c, const char* data, size_t n);
+  // The answer the request's headers decide before its body is read, if
+  // any: obs-fold (400), a transfer coding other than chunked (501), and,
+  // for Expect: 100-continue, whatever QueryService::RefusalByHeaders says.
+  std::optional<Response> RefuseByHeaders(Conn* c);
 
   void Command(std::atomic<bool>* flag);
   void Accept();

@@ -25,6 +25,16 @@ namespace {
 constexpr size_t kMaxFieldNameBytes = 1024;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
+// True if the request asks for 100 Continue before it sends its body.
+bool ExpectsContinue(const http_parser* p, std::string_view expect) {
+  return !expect.empty() && p->http_major == 1 && p->http_minor >= 1 &&
+         SameHeaderName(expect, "100-continue");
+}
+
+Response ErrorAnswer(int status, std::string_view code, std::string_view message) {
+  return Response{status, kJsonContentType, RenderErrorBody(code, message), {}};
+}
+
 // The printed address of a peer.
 std::string AddressText(const sockaddr_storage& peer) {
   char buf[INET6_ADDRSTRLEN] = {};
@@ -55,15 +65,26 @@ void HttpLoop::BeginMessage(Conn* c) {
   c->forwarded.clear();
   c->if_none_match.clear();
   c->expect.clear();
+  c->transfer_encoding.clear();
+  c->head_scanned = false;
+  c->at_line_start = true;
+  c->folded = false;
+  c->lines = 0;
+  c->line_bytes = 0;
+  c->refusal.reset();
 }
 
 void HttpLoop::Consume(Conn* c, const char* data, size_t n) {
   while (n > 0) {
+    if (!c->head_scanned) ScanHeaderLines(c, data, n);
     const size_t used = http_parser_execute(&c->parser, &settings_, data, n);
     data += used;
     n -= used;
     if (c->complete) {
-      const bool keep_alive = http_should_keep_alive(&c->parser) != 0 && c->parser.upgrade == 0;
+      // An Upgrade is not taken (RFC 9110 section 7.8 lets a server ignore
+      // it): the request is answered as HTTP/1.1, and so are the bytes after
+      // it, which http_parser would leave to the other protocol.
+      const bool keep_alive = http_should_keep_alive(&c->parser) != 0;
       Dispatch(c, keep_alive);
       BeginMessage(c);
       // A request handed off keeps the handle deadline HandOff() set.
@@ -73,6 +94,12 @@ void HttpLoop::Consume(Conn* c, const char* data, size_t n) {
         return;
       }
       continue;
+    }
+    if (c->refusal) {
+      // Decided by the headers (the parser paused there): answered, and the
+      // body, which the answer does not say was read, is not.
+      Answer(c, *c->refusal, /*close=*/true);
+      return;
     }
     if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
       // Bytes that are not HTTP, or a request over a limit HTTP cannot
@@ -84,10 +111,86 @@ void HttpLoop::Consume(Conn* c, const char* data, size_t n) {
   }
 }
 
+void HttpLoop::ScanHeaderLines(Conn* c, const char* data, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const char ch = data[i];
+    if (ch == '\n') {
+      if (c->line_bytes == 0 && c->lines > 0) {
+        c->head_scanned = true;  // the empty line: the body follows
+        return;
+      }
+      if (c->line_bytes > 0) c->lines++;  // empty lines before the request line are skipped
+      c->line_bytes = 0;
+      c->at_line_start = true;
+      continue;
+    }
+    if (c->at_line_start && c->lines > 0 && (ch == ' ' || ch == '\t')) c->folded = true;
+    c->at_line_start = false;
+    if (ch != '\r') c->line_bytes++;
+  }
+}
+
+std::optional<Response> HttpLoop::RefuseByHeaders(Conn* c) {
+  if (c->folded) {
+    return ErrorAnswer(400, "bad_request",
+                       "a header line starts with a space or tab (obsolete line folding)");
+  }
+  // RFC 9112 6.1 and 6.3: a request's body is framed by chunked, applied
+  // once and last, else its length is unknown (400); any other coding
+  // (gzip, chunked) is one tally does not decode (501).
+  int chunked = 0;
+  bool chunked_last = false;
+  std::string_view unknown;
+  for (std::string_view te = c->transfer_encoding; !te.empty();) {
+    const size_t comma = te.find(',');
+    std::string_view coding = te.substr(0, comma);
+    te = comma == std::string_view::npos ? std::string_view() : te.substr(comma + 1);
+    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+      coding.remove_prefix(1);
+    }
+    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+      coding.remove_suffix(1);
+    }
+    if (coding.empty()) continue;
+    chunked_last = SameHeaderName(coding, "chunked");
+    if (chunked_last) {
+      chunked++;
+    } else if (unknown.empty()) {
+      unknown = coding;
+    }
+  }
+  if (!c->transfer_encoding.empty() && (!chunked_last || chunked > 1)) {
+    return ErrorAnswer(400, "bad_request", "Transfer-Encoding must end in chunked, applied once");
+  }
+  if (!unknown.empty()) {
+    return ErrorAnswer(501, "not_implemented",
+                       fmt::format("transfer coding \"{}\" is not implemented; only chunked is",
+                                   unknown.substr(0, 32)));
+  }
+  const http_parser* p = &c->parser;
+  if (!ExpectsContinue(p, c->expect)) return std::nullopt;
+  // The client waits for leave to send its body: when the headers already
+  // decide the answer (the token, the announced length, ...), that answer
+  // goes instead of 100 Continue (RFC 9110 section 10.1.1).
+  if (shared_->stopping.load(std::memory_order_acquire)) {
+    return ErrorAnswer(503, "unavailable", "server is shutting down");
+  }
+  const std::string_view method = http_method_str(static_cast<http_method>(p->method));
+  const bool too_large =
+      p->content_length != ULLONG_MAX && p->content_length > options_.max_body_bytes;
+  return shared_->service->RefusalByHeaders(
+      Request{method, c->url, {}, too_large, c->authorization, c->forwarded});
+}
+
 // ---- http_parser callbacks: the request's parts, and the limits ----
 
 std::string* HttpLoop::KeptHeader(Conn* c) {
   if (c->headers_done) return nullptr;  // trailers are not headers
+  if (SameHeaderName(c->field, "transfer-encoding")) {
+    // Every line counts: "gzip" on one and "chunked" on the next is "gzip, chunked".
+    if (!c->transfer_encoding.empty()) c->transfer_encoding.push_back(',');
+    return &c->transfer_encoding;
+  }
   static constexpr std::string_view kNames[] = {"authorization", kForwardedHeader, "if-none-match",
                                                 "expect"};
   std::string* const kept[] = {&c->authorization, &c->forwarded, &c->if_none_match, &c->expect};
@@ -136,6 +239,11 @@ int HttpLoop::OnHeaderValue(http_parser* p, const char* at, size_t n) {
 int HttpLoop::OnHeadersComplete(http_parser* p) {
   Conn* c = static_cast<Conn*>(p->data);
   c->headers_done = true;
+  c->refusal = c->loop->RefuseByHeaders(c);
+  if (c->refusal) {
+    http_parser_pause(p, 1);  // Consume() answers it; the body is not read
+    return 0;
+  }
   if (p->content_length != ULLONG_MAX && p->content_length > 0) {
     // Not read at all: the connection is closed without an answer.
     if (p->content_length > c->loop->options_.max_readable_body_bytes) return -1;
@@ -143,10 +251,7 @@ int HttpLoop::OnHeadersComplete(http_parser* p) {
   }
   // A client that waits for leave to send its body (curl does, for large
   // ones) gets it at once rather than after its own timeout.
-  if (!c->expect.empty() && p->http_major == 1 && p->http_minor >= 1 &&
-      SameHeaderName(c->expect, "100-continue")) {
-    c->out.append(kContinue);
-  }
+  if (ExpectsContinue(p, c->expect)) c->out.append(kContinue);
   return 0;
 }
 

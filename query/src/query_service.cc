@@ -223,8 +223,40 @@ void QueryService::Record(int route_id, int status, int64_t start_ns) {
   internal::RecordRequest(route_id, status, start_ns);
 }
 
+std::optional<Response> QueryService::RefusalByHeaders(const Request& request) {
+  const int64_t start = internal::NowNs();
+  int route = 0;
+  Match m;
+  std::optional<Response> refusal;
+  try {
+    refusal = CheckHeaders(request, &m, &route);
+  } catch (...) {
+    return std::nullopt;  // allocation: Handle() answers once the body is read
+  }
+  if (refusal) RecordQuietly(route, refusal->status, start);
+  return refusal;
+}
+
 Response QueryService::Dispatch(const Request& request, int* route_slot) {
-  Match m = internal::MatchRoute(request.target);
+  Match m;
+  if (auto refusal = CheckHeaders(request, &m, route_slot)) return std::move(*refusal);
+  const internal::Route& route = *m.route;
+  TakeRouteAgain();
+  Response r = (this->*route.handler)(request, m);
+  // A read that found a peer dead (killed, its record not expired yet), or
+  // a partition gone from here since it was routed here (a handover between
+  // the two), runs once more: routing now goes around the peer, or to the
+  // partition's new home.
+  if (r.status == 503 && request.method == "GET" && TakeRouteAgain()) {
+    r = (this->*route.handler)(request, m);
+  }
+  return r;
+}
+
+std::optional<Response> QueryService::CheckHeaders(const Request& request, Match* match,
+                                                   int* route_slot) {
+  Match& m = *match;
+  m = internal::MatchRoute(request.target);
   *route_slot = internal::RouteSlot(m.route);
   if (m.route == nullptr) {
     std::string_view path, query;
@@ -259,16 +291,7 @@ Response QueryService::Dispatch(const Request& request, int* route_slot) {
       return BadId(m.param_name[i], m.param[i]);
     }
   }
-  TakeRouteAgain();
-  Response r = (this->*route.handler)(request, m);
-  // A read that found a peer dead (killed, its record not expired yet), or
-  // a partition gone from here since it was routed here (a handover between
-  // the two), runs once more: routing now goes around the peer, or to the
-  // partition's new home.
-  if (r.status == 503 && request.method == "GET" && TakeRouteAgain()) {
-    r = (this->*route.handler)(request, m);
-  }
-  return r;
+  return std::nullopt;
 }
 
 Response QueryService::HandleHealthz(const Request&, const Match&) {

@@ -28,8 +28,6 @@ Raw sockets, no HTTP library, so every byte is the test's choice:
 import json
 import os
 import re
-import selectors
-import socket
 import subprocess
 import sys
 import time
@@ -37,141 +35,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import event_model  # noqa: E402
+import slow_clients  # noqa: E402
 import tallyctl  # noqa: E402
+from rawhttp import closed_by_peer, connect, is_error_shape, read_responses, request, send_all  # noqa: E402
 from tallyctl import log  # noqa: E402
 
 IDLE_TIMEOUT_MS = 2000
 WRITE_TIMEOUT_MS = 2000
 TOKEN = "s3cret-token"
 MIB = 1 << 20
-HOST = "127.0.0.1"
 
 
 def extra_args(ap):
     ap.add_argument("--bad-connections", type=int, default=500, help="bad connections held open at once")
     ap.add_argument("--p99-ms", type=float, default=100.0, help="bound on good requests' p99 under attack")
-
-
-# ---------------------------------------------------------------------------
-# Raw HTTP over a socket.
-
-
-class Resp:
-    def __init__(self, status, headers, body):
-        self.status, self.headers, self.body = status, headers, body
-
-    def json(self):
-        return json.loads(self.body)
-
-    def __repr__(self):
-        return "HTTP %d %r" % (self.status, self.body[:200])
-
-
-def connect(port, source=None, timeout=5.0, rcvbuf=None):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if rcvbuf:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect: the window follows
-    if source:
-        s.bind((source, 0))
-    s.settimeout(timeout)
-    s.connect((HOST, port))
-    return s
-
-
-def read_responses(sock, want=None, timeout=3.0):
-    """Reads answers until `want` of them arrived, the peer closed, or
-    `timeout` passed. Returns (responses, closed, leftover bytes)."""
-    buf = b""
-    out = []
-    closed = False
-    deadline = time.monotonic() + timeout
-    while want is None or len(out) < want:
-        # Parse what is there.
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                break
-            head = buf[:end].decode("latin-1").split("\r\n")
-            m = re.match(r"HTTP/1\.[01] (\d{3})", head[0])
-            if not m:
-                return out, closed, buf
-            headers = {}
-            for line in head[1:]:
-                k, _, v = line.partition(":")
-                headers[k.strip().lower()] = v.strip()
-            n = int(headers.get("content-length", "0"))
-            if len(buf) < end + 4 + n:
-                break
-            out.append(Resp(int(m.group(1)), headers, buf[end + 4:end + 4 + n]))
-            buf = buf[end + 4 + n:]
-        if (want is not None and len(out) >= want) or closed:
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            break
-        except OSError:
-            closed = True
-            break
-        if not chunk:
-            closed = True
-        buf += chunk
-    return out, closed, buf
-
-
-def send_all(sock, data):
-    try:
-        sock.sendall(data)
-        return True
-    except OSError:
-        return False  # the server may close before reading everything
-
-
-def closed_by_peer(sock, timeout):
-    """True if the server closes `sock` (EOF or reset) within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            if not sock.recv(65536):
-                return True
-        except socket.timeout:
-            return False
-        except OSError:
-            return True
-    return False
-
-
-def request(method, target, body=None, headers=None):
-    h = {"Host": "tally"}
-    h.update(headers or {})
-    if body is not None:
-        if "Transfer-Encoding" not in h:
-            h.setdefault("Content-Length", str(len(body)))
-        h.setdefault("Content-Type", "application/json")
-    data = ("%s %s HTTP/1.1\r\n" % (method, target)).encode("latin-1")
-    data += b"".join(("%s: %s\r\n" % kv).encode("latin-1") for kv in h.items())
-    return data + b"\r\n" + (body or b"")
-
-
-def is_error_shape(r, status, code=None):
-    if r is None or r.status != status:
-        return False
-    try:
-        body = r.json()
-    except ValueError:
-        return False
-    err = body.get("error") if isinstance(body, dict) else None
-    return (isinstance(err, dict) and set(body) == {"error"} and set(err) == {"code", "message"}
-            and isinstance(err["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", err["code"]) is not None
-            and (code is None or err["code"] == code)
-            and isinstance(err["message"], str) and "\n" not in err["message"]
-            and r.headers.get("content-type", "").startswith("application/json"))
 
 
 # ---------------------------------------------------------------------------
@@ -253,6 +130,25 @@ def malformed_cases():
         ("101 header fields", request("GET", "/v1/posts/1/counts", None,
                                       {"X-%d" % i: "1" for i in range(101)}), "close"),
         ("URL of 100 KiB", request("GET", "/v1/posts/counts?ids=" + "1," * 50000 + "1"), "close"),
+        ("Transfer-Encoding: gzip, chunked (gzip not implemented)",
+         request("POST", "/v1/events", b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev),
+                 dict(auth, **{"Transfer-Encoding": "gzip, chunked"})), (501, "not_implemented")),
+        ("Transfer-Encoding: chunked, gzip (chunked not last)",
+         request("POST", "/v1/events", b"0\r\n\r\n", dict(auth, **{"Transfer-Encoding": "chunked, gzip"})),
+         (400, "bad_request")),
+        ("obs-folded header line (space)", b"GET /v1/posts/1/counts HTTP/1.1\r\nHost: x\r\nX-A: a\r\n folded\r\n\r\n",
+         (400, "bad_request")),
+        ("obs-folded header line (tab), empty value", b"GET /v1/posts/1/counts HTTP/1.1\r\nX-A:\r\n\tb\r\nHost: x\r\n\r\n",
+         (400, "bad_request")),
+        ("Expect: 100-continue without the token (body not sent)",
+         request("POST", "/v1/events", None, {"Content-Length": str(len(ev)), "Expect": "100-continue"}),
+         (401, "unauthorized")),
+        ("Expect: 100-continue, body over 1 MiB (not sent)",
+         request("POST", "/v1/events", None, dict(auth, **{"Content-Length": str(2 * MIB), "Expect": "100-continue"})),
+         (413, "payload_too_large")),
+        ("Expect: 100-continue, 100 MB announced (not sent)",
+         request("POST", "/v1/events", None, dict(auth, **{"Content-Length": "100000000", "Expect": "100-continue"})),
+         (413, "payload_too_large")),
         ("header line without a colon", b"GET /v1/posts/1/counts HTTP/1.1\r\nHost: x\r\nbroken\r\n\r\n", "close"),
         ("raw NUL in the request line", b"GET /v1/posts/\x00/counts HTTP/1.1\r\nHost: x\r\n\r\n", "close"),
         ("unknown method", request("BREW", "/v1/posts/1/counts"), "close"),
@@ -351,156 +247,55 @@ def check_pipelines(h, port, good_body):
     s.close()
 
 
-# ---------------------------------------------------------------------------
-# 2. Hundreds of bad connections.
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def percentile(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
-def open_sockets(pid):
-    """How many sockets process `pid` holds (its connections, listeners, Kafka)."""
-    n = 0
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")
-        except OSError:
-            pass
-    return n
-
-
-def check_slow_clients(h, port, good_body, n_bad, p99_bound_ms, server_pid):
-    base_sockets = open_sockets(server_pid)
-    kinds = ["idle", "half-sent headers", "drip", "half-sent body", "unread answers"]
-    bad = []  # (kind, socket)
-    opened = {}  # socket -> when it was connected
-    for i in range(n_bad):
-        kind = kinds[i % len(kinds)]
-        s = connect(port, rcvbuf=4096 if kind == "unread answers" else None)
-        opened[s] = time.monotonic()
-        s.setblocking(False)
-        if kind == "drip":
-            s.send(b"GET /v1/posts/1/counts HTTP/1.1\r\nHost: tally\r\nX-Drip: ")
-        elif kind == "half-sent headers":
-            s.send(b"GET /v1/posts/1/counts HTTP/1.1\r\nHost: tally\r\nX-Slow: ")
-        elif kind == "half-sent body":
-            s.send(request("POST", "/v1/events", None, {"Content-Length": "1000",
-                                                        "Authorization": "Bearer " + TOKEN}) + b"[{")
-        elif kind == "unread answers":
-            # Pipelined requests for 180 KB of answers the client does not
-            # read: the server's writes stall.
-            s.setblocking(True)
-            s.sendall(request("GET", "/v1/posts/counts?ids=" + ",".join(["1"] * 200)) * 16)
-            s.setblocking(False)
-        bad.append((kind, s))
-    t_open = time.monotonic()
-    log("holding %d bad connections (%s)" % (n_bad, ", ".join("%d %s" % (sum(1 for k, _ in bad if k == x), x)
-                                                             for x in kinds)))
-
-    held = wait_for(lambda: open_sockets(server_pid) >= base_sockets + n_bad - 2, 5.0)
-    log("server sockets: %d before, %d while attacked" % (base_sockets, open_sockets(server_pid)))
-    h.check(held, "the server holds %d sockets, want at least %d + %d bad connections" % (
-        open_sockets(server_pid), base_sockets, n_bad))
-
-    # Good requests meanwhile, while the drips send one byte every 100 ms.
-    drips = [s for k, s in bad if k == "drip"]
-    lat_fresh, lat_keep, failures = [], [], []
-    keep = connect(port)
-    next_drip = 0.0
-    i = 0
-    def drip():
-        for s in drips:
-            try:
-                s.send(b"b")
-            except OSError:
-                pass
-
-    while time.monotonic() - t_open < IDLE_TIMEOUT_MS / 1000.0 * 0.8 or i < 300:
-        if time.monotonic() >= next_drip:
-            drip()
-            next_drip = time.monotonic() + 0.1
-        t0 = time.monotonic()
-        if i % 2 == 0:
-            g = connect(port)
-            g.sendall(GOOD)
-            rs, _, _ = read_responses(g, want=1, timeout=5.0)
-            g.close()
-            lat_fresh.append((time.monotonic() - t0) * 1000)
-        else:
-            keep.sendall(GOOD)
-            rs, _, _ = read_responses(keep, want=1, timeout=5.0)
-            lat_keep.append((time.monotonic() - t0) * 1000)
-        if not rs or rs[0].status != 200 or rs[0].body != good_body:
-            failures.append(rs[0] if rs else None)
-        i += 1
-    keep.close()
-    all_lat = lat_fresh + lat_keep
-    p50, p99, mx = percentile(all_lat, 50), percentile(all_lat, 99), max(all_lat)
-    log("under attack: %d good requests (%d on fresh connections: p50 %.2f ms p99 %.2f ms; %d keep-alive: "
-        "p50 %.2f ms p99 %.2f ms); overall p50 %.2f ms p99 %.2f ms max %.1f ms" % (
-            len(all_lat), len(lat_fresh), percentile(lat_fresh, 50), percentile(lat_fresh, 99), len(lat_keep),
-            percentile(lat_keep, 50), percentile(lat_keep, 99), p50, p99, mx))
-    h.check(not failures, "%d good requests failed under attack, e.g. %r" % (len(failures), failures[:3]))
-    h.check(p99 < p99_bound_ms, "good requests under attack: p99 %.1f ms, want < %.0f ms" % (p99, p99_bound_ms))
-
-    # Every bad connection is closed by the server within the idle timeout
-    # (the write timeout for those that do not read their answers; RESTinio
-    # checks its timers once a second).
-    sel = selectors.DefaultSelector()
-    for kind, s in bad:
-        sel.register(s, selectors.EVENT_READ, kind)
-    open_left = {s: kind for kind, s in bad}
-    closed_at = []
-    deadline = t_open + max(IDLE_TIMEOUT_MS, WRITE_TIMEOUT_MS) / 1000.0 + 4.0
-    closed_kind = {}
-    while open_left and time.monotonic() < deadline:
-        drip()  # the drips go on: activity does not extend the limit
-        for key, _ in sel.select(timeout=0.1):
-            s = key.fileobj
-            try:
-                data = s.recv(1 << 20)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                closed_at.append(time.monotonic() - opened[s])
-                k = key.data
-                lo, hi = closed_kind.get(k, (1e9, 0))
-                closed_kind[k] = (min(lo, closed_at[-1]), max(hi, closed_at[-1]))
-                sel.unregister(s)
-                open_left.pop(s, None)
-    still = {}
-    for s, kind in open_left.items():
-        still[kind] = still.get(kind, 0) + 1
-    log("bad connections closed by the server: %d of %d, after %.2f..%.2f s (idle timeout %.1f s)" % (
-        len(closed_at), n_bad, min(closed_at or [0]), max(closed_at or [0]), IDLE_TIMEOUT_MS / 1000.0))
-    for k, (lo, hi) in sorted(closed_kind.items()):
-        log("  %-18s closed after %.2f..%.2f s" % (k, lo, hi))
-    h.check(not open_left, "%d bad connections still open %.1f s after they were opened: %s" % (
-        len(open_left), deadline - t_open, still))
-    h.check(not closed_at or min(closed_at) >= IDLE_TIMEOUT_MS / 1000.0 * 0.9,
-            "a bad connection was closed after %.2f s, before the idle timeout" % min(closed_at or [0]))
-    after = open_sockets(server_pid)
-    log("server sockets after the timeouts: %d (before the attack: %d)" % (after, base_sockets))
-    h.check(after <= base_sockets + 2, "the server still holds %d sockets after the timeouts, %d before the attack"
-            % (after, base_sockets))
-    for _, s in bad:
+def check_protocol(h, port, good_body):
+    """Upgrade and 100-continue where tally answers: a request that asks to
+    upgrade is answered as HTTP/1.1 and keeps its connection, so a request
+    pipelined after it is answered too; a request with an expectation that
+    its headers do not refuse gets 100 Continue, then its answer."""
+    for upgrade in ({"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+                    {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": "AAMAAABkAAQAAP__"}):
+        s = connect(port)
+        send_all(s, request("GET", "/v1/posts/1/counts", None, upgrade) + GOOD)
+        resps, closed, _ = read_responses(s, want=2, timeout=5.0)
+        h.check(len(resps) == 2 and all(r.status == 200 and r.body == good_body for r in resps)
+                and resps[0].headers.get("connection") != "close",
+                "Upgrade: %s, then a good request pipelined: want two 200s on an open connection, got %s "
+                "(first Connection: %s), closed=%s" % (upgrade["Upgrade"], resps, resps[0].headers.get("connection")
+                                                        if resps else None, closed))
         s.close()
-    sel.close()
-    return {"held": n_bad, "p50": p50, "p99": p99, "max": mx, "good": len(all_lat),
-            "closed_max_s": max(closed_at or [0])}
+    log("Upgrade (websocket, h2c) with a request pipelined after it: both answered, connection kept")
+    # Headers that pass: 100 Continue, then the body, then the answer (400:
+    # not an event, so nothing is published), and the connection stays.
+    s = connect(port)
+    body = b'{"type":"like"}'
+    send_all(s, request("POST", "/v1/events", None, {"Authorization": "Bearer " + TOKEN, "Expect": "100-continue",
+                                                     "Content-Length": str(len(body))}))
+    resps, _, _ = read_responses(s, want=1, timeout=5.0)
+    h.check([r.status for r in resps] == [100], "Expect: 100-continue with good headers: want 100 first, got %s" % resps)
+    send_all(s, body + GOOD)
+    resps, _, _ = read_responses(s, want=2, timeout=5.0)
+    h.check([r.status for r in resps] == [400, 200] and is_error_shape(resps[0], 400, "invalid_event"),
+            "Expect: 100-continue, then the body and a good request: want 400 invalid_event and 200, got %s" % resps)
+    s.close()
+    # Refused by its headers: the final answer instead of 100, then the
+    # connection closes (the body is never read).
+    s = connect(port)
+    send_all(s, request("POST", "/v1/events", None, {"Expect": "100-continue", "Content-Length": "10"}))
+    resps, closed, _ = read_responses(s, want=None, timeout=5.0)
+    h.check([r.status for r in resps] == [401] and closed,
+            "Expect: 100-continue without the token: want 401 then close, got %s, closed=%s" % (resps, closed))
+    s.close()
+    # An unknown transfer coding: 501, and nothing more is read.
+    s = connect(port)
+    send_all(s, request("POST", "/v1/events", b"0\r\n\r\n", {"Authorization": "Bearer " + TOKEN,
+                                                             "Transfer-Encoding": "gzip, chunked"}) + GOOD)
+    resps, closed, _ = read_responses(s, want=None, timeout=5.0)
+    h.check([r.status for r in resps] == [501] and closed,
+            "gzip, chunked then a good request: want 501 then close, got %s, closed=%s" % (resps, closed))
+    s.close()
+    log("Expect: 100-continue: 100 then the answer when the headers pass; 401 and close when not; "
+        "an unknown transfer coding: 501 and close")
 
 
 # ---------------------------------------------------------------------------
@@ -562,10 +357,12 @@ def main():
         t = time.monotonic()
         n = check_malformed(h, http_port, good_body)
         check_pipelines(h, http_port, good_body)
+        check_protocol(h, http_port, good_body)
         h.checkpoint("%d malformed requests, pipelines (%.1f s)" % (n, time.monotonic() - t))
 
         t = time.monotonic()
-        stats = check_slow_clients(h, http_port, good_body, args.bad_connections, args.p99_ms, up.pid)
+        stats = slow_clients.check_slow_clients(h, http_port, good_body, args.bad_connections, args.p99_ms, up.pid,
+                                                IDLE_TIMEOUT_MS, WRITE_TIMEOUT_MS, TOKEN)
         h.checkpoint("%d bad connections held; good p99 %.1f ms (%.1f s)" % (
             stats["held"], stats["p99"], time.monotonic() - t))
 

@@ -193,6 +193,16 @@ class QueryService {
   // tally_http_request_duration_seconds{route}. Safe for concurrent use.
   Response Handle(const Request& request);
 
+  // The answer `request` gets from its request line and headers alone,
+  // before its body is read: Dispatch()'s checks (404, 405, 413 when
+  // `body_too_large` is set from the announced length, 503 not ready, 401,
+  // 400 for a bad id in the path), or std::nullopt when the body decides.
+  // A transport asked for `Expect: 100-continue` sends this instead of 100
+  // Continue (RFC 9110 section 10.1.1). `request.body` is not read. A
+  // refusal is recorded in the request metrics as by Handle(); never
+  // throws. Safe for concurrent use.
+  std::optional<Response> RefusalByHeaders(const Request& request);
+
   // True when answering `request` may block its thread (waiting on a
   // broker or on another member), so a transport runs it off its I/O
   // threads: internal::RequestMayBlock(), and in a cluster the reads that
@@ -232,6 +242,8 @@ class QueryService {
   // token and the ids, then calls the route's handler. *route_slot: the
   // route's metrics slot.
   Response Dispatch(const Request& request, int* route_slot);
+  // Dispatch()'s checks that need no body; fills in `m`.
+  std::optional<Response> CheckHeaders(const Request& request, Match* m, int* route_slot);
   Response HandleHealthz(const Request& request, const Match& m);
   Response HandleMetrics(const Request& request, const Match& m);
   Response HandleInfo(const Request& request, const Match& m);
