@@ -35,6 +35,26 @@ function(tally_library module)
   tally_compile_options(tally_${module})
 endfunction()
 
+# tally_test_precompiled_headers(<target>): GoogleTest and the standard
+# headers the tests share, parsed once per test executable instead of once
+# per source file (about a third of a test file's compile time).
+set(TALLY_TEST_PCH_HEADERS
+    <gtest/gtest.h> <algorithm> <atomic> <chrono> <cstdint> <cstdio> <filesystem> <fstream>
+    <functional> <map> <memory> <mutex> <optional> <random> <set> <string> <string_view>
+    <thread> <utility> <vector>)
+function(tally_test_precompiled_headers target)
+  target_precompile_headers(${target} PRIVATE ${TALLY_TEST_PCH_HEADERS})
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # Without a timestamp in it, ccache can cache what includes it.
+    target_compile_options(${target} PRIVATE -Xclang -fno-pch-timestamp)
+  elseif(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    # GCC 12 reports libstdc++'s std::string inlined into test code from a
+    # precompiled header as if it were not a system header: its known false
+    # positives of these two (the sanitizer tree checks the real thing).
+    target_compile_options(${target} PRIVATE -Wno-array-bounds -Wno-stringop-overflow)
+  endif()
+endfunction()
+
 # tally_test(<name> SOURCES ... DEPS ... [LABELS ...])
 # A GoogleTest executable registered with ctest through gtest_discover_tests.
 function(tally_test name)
@@ -49,6 +69,7 @@ function(tally_test name)
   if(NOT TALLY_SANITIZE AND NOT TALLY_FUZZ)
     target_compile_options(${name} PRIVATE -O1)
   endif()
+  tally_test_precompiled_headers(${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

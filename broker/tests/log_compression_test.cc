@@ -73,7 +73,9 @@ std::string Compress(Compression codec, const std::string& raw, bool xerial = fa
       EXPECT_EQ(snappy_compress(raw.data(), raw.size(), block.data(), &n), SNAPPY_OK);
       block.resize(n);
       if (!xerial) return block;
-      out = std::string("\x82SNAPPY\0", 8) + std::string("\0\0\0\1\0\0\0\1", 8);
+      // The xerial header: magic, version 1, compatible version 1.
+      out.assign("\x82SNAPPY\0", 8);
+      out.append("\0\0\0\1\0\0\0\1", 8);
       // Two blocks, to exercise the framing.
       std::string half(raw.substr(0, raw.size() / 2)), rest(raw.substr(raw.size() / 2));
       for (const std::string* part : {&half, &rest}) {
