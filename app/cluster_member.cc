@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -54,8 +55,33 @@ aggregator::ApplierClusterOptions ClusterApplierOptions(ClusterMember* member, i
   return c;
 }
 
+namespace {
+
+// 128 bits from the system's random source, as 32 hex digits.
+std::string RandomKey() {
+  std::random_device rd;
+  std::string key;
+  for (int i = 0; i < 4; i++) key += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return key;
+}
+
+// Compares in constant time: the time taken does not depend on how many
+// leading bytes match (as the bearer token's check in query/).
+bool KeysEqual(std::string_view given, std::string_view key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < key.size(); i++) {
+    diff |= static_cast<unsigned char>(key[i]) ^
+            static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
 ClusterMember::ClusterMember(ClusterMemberOptions options)
-    : options_(std::move(options)), member_(MemberIdOf(options_.advertise)) {}
+    : options_(std::move(options)),
+      member_(MemberIdOf(options_.advertise)),
+      peer_key_(RandomKey()) {}
 
 ClusterMember::~ClusterMember() = default;
 
@@ -78,6 +104,7 @@ void ClusterMember::Publish(const cluster::MemberInfo& info) {
   cluster::MemberInfo copy = info;
   copy.member = member_;
   copy.http = options_.advertise;
+  copy.peer_key = peer_key_;
   {
     std::lock_guard<std::mutex> l(mu_);
     local_ = copy;
@@ -186,6 +213,30 @@ std::vector<std::pair<std::string, std::string>> ClusterMember::Peers() const {
     if (m.member != member_) out.emplace_back(m.member, m.http);
   }
   return out;
+}
+
+std::string ClusterMember::PeerAuthorization() const {
+  return fmt::format("{} {}", query::kPeerAuthScheme, peer_key_);
+}
+
+bool ClusterMember::FromMember(std::string_view forwarded, std::string_view authorization) const {
+  const std::string_view scheme = query::kPeerAuthScheme;
+  if (forwarded.empty() || authorization.size() <= scheme.size() + 1 ||
+      authorization.substr(0, scheme.size()) != scheme || authorization[scheme.size()] != ' ') {
+    return false;
+  }
+  const std::string_view given = authorization.substr(scheme.size() + 1);
+  const uint64_t version = directory_->Version();
+  std::lock_guard<std::mutex> l(mu_);
+  if (version != keys_version_) {
+    keys_.clear();
+    for (auto& m : directory_->Snapshot()) {
+      if (!m.peer_key.empty()) keys_[m.member] = std::move(m.peer_key);
+    }
+    keys_version_ = version;
+  }
+  auto it = keys_.find(forwarded);
+  return it != keys_.end() && KeysEqual(given, it->second);
 }
 
 namespace {

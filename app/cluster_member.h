@@ -14,11 +14,13 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,6 +79,14 @@ class ClusterMember : public query::ClusterRouting {
   void Unreachable(const std::string& member) override;
   std::string ClusterJson() const override;
   std::vector<std::pair<std::string, std::string>> Peers() const override;
+  // "TallyMember <key>", the key (random at each start) that Publish()
+  // puts in this member's record. A member that never publishes (`tally
+  // serve --advertise`, whose record is its writer's, with the writer's
+  // key) sends a key no member knows: its reads count as a client's.
+  std::string PeerAuthorization() const override;
+  // `authorization` is "TallyMember <key>" with the key of the live member
+  // `forwarded` in the directory (compared in constant time).
+  bool FromMember(std::string_view forwarded, std::string_view authorization) const override;
 
  private:
   explicit ClusterMember(ClusterMemberOptions options);
@@ -85,6 +95,7 @@ class ClusterMember : public query::ClusterRouting {
 
   const ClusterMemberOptions options_;
   const std::string member_;
+  const std::string peer_key_;  // MemberInfo::peer_key: 128 random bits, hex
   std::unique_ptr<cluster::MembersDirectory> directory_;
   mutable std::mutex mu_;
   std::optional<cluster::MemberInfo> local_;  // guarded by mu_
@@ -103,6 +114,11 @@ class ClusterMember : public query::ClusterRouting {
   mutable uint64_t homes_local_version_ = ~0ull;  // guarded by mu_
   mutable int64_t homes_built_ms_ = 0;            // guarded by mu_; steady clock
   void RebuildHomesLocked(uint32_t partitions) const;
+
+  // The peer keys of the directory's members by member id, read again when
+  // its version changes (FromMember).
+  mutable std::map<std::string, std::string, std::less<>> keys_;  // guarded by mu_
+  mutable uint64_t keys_version_ = ~0ull;                         // guarded by mu_
 };
 
 // The applier's cluster options for `member` (which must outlive the

@@ -18,6 +18,7 @@
 #include "broker_process.h"
 #include "cli.h"
 #include "ingest/event_publisher.h"
+#include "query/cluster_routing.h"
 
 namespace tally::app {
 
@@ -192,9 +193,9 @@ base::Result<HttpTierKafka> ConnectHttpTier(const base::KafkaOptions& kafka, con
   return out;
 }
 
-base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
-                                                      query::ServerOptions server,
-                                                      query::QueryServiceOptions service) {
+base::Result<std::unique_ptr<HttpTier>> StartHttpTier(
+    const CommonFlags& f, const HttpFlags& http, query::ServerOptions server,
+    query::QueryServiceOptions service, std::unique_ptr<query::HttpListener> listener) {
   service.info.version = TALLY_VERSION;
   service.info.brokers = f.brokers;
   service.info.input_topics = f.input_topics;
@@ -205,12 +206,30 @@ base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, cons
   if (ingest::EventPublisher* p = service.publisher; p != nullptr) {
     server.abort_waits = [p] { p->Abort(); };
   }
+  // A read another member forwards was limited where its client reached
+  // the cluster; only a member's own key lets it past the limit here.
+  if (const query::ClusterRouting* c = service.cluster; c != nullptr) {
+    server.from_member = [c](std::string_view forwarded, std::string_view authorization) {
+      return c->FromMember(forwarded, authorization);
+    };
+  }
   auto tier = std::make_unique<HttpTier>();
   tier->service = std::make_unique<query::QueryService>(std::move(service));
-  auto started = query::HttpServer::Start(server, tier->service.get());
+  auto started = query::HttpServer::Start(server, tier->service.get(), std::move(listener));
   if (!started.ok()) return started.status();
   tier->server = std::move(started).value();
   return tier;
+}
+
+std::unique_ptr<query::HttpListener> BindHttp(const char* component,
+                                              const query::ServerOptions& server) {
+  auto listener = query::HttpListener::Bind(server);
+  if (!listener.ok()) {
+    TALLY_LOG_ERROR(component, "{} (is another tally or server using the port? see --http)",
+                    listener.status().message());
+    return nullptr;
+  }
+  return std::move(listener).value();
 }
 
 Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out) {

@@ -113,12 +113,20 @@ struct HttpTier {
 // info.partitions; /v1/info's version, brokers, input topics and state
 // directory come from `f`, the visibility timeout from `http`), then an
 // HttpServer answering it with `server` (MakeServerOptions(http), made when
-// the flags were checked), whose stop aborts the publisher's waits. The
-// errors of HttpServer::Start. Everything `service` borrows must outlive
-// the tier.
-base::Result<std::unique_ptr<HttpTier>> StartHttpTier(const CommonFlags& f, const HttpFlags& http,
-                                                      query::ServerOptions server,
-                                                      query::QueryServiceOptions service);
+// the flags were checked) on `listener` (BindHttp's, taken at start), whose
+// stop aborts the publisher's waits. The errors of HttpServer::Start.
+// Everything `service` borrows must outlive the tier.
+base::Result<std::unique_ptr<HttpTier>> StartHttpTier(
+    const CommonFlags& f, const HttpFlags& http, query::ServerOptions server,
+    query::QueryServiceOptions service, std::unique_ptr<query::HttpListener> listener);
+
+// Binds the HTTP port of `server` (query::HttpListener::Bind), which a
+// command (tally up, tally serve) does before it connects to Kafka or joins
+// any group: a taken port then stops the start before the groups see the
+// process. On failure, logs one ERROR line naming the address (as
+// `component`) and returns null.
+std::unique_ptr<query::HttpListener> BindHttp(const char* component,
+                                              const query::ServerOptions& server);
 
 // Applies --log-level and parses --kafka into `out` (brokers too).
 base::Status ApplyCommonFlags(const CommonFlags& f, base::KafkaOptions* out);

@@ -47,6 +47,10 @@ int RunServe(int argc, char** argv) {
   }
   auto so = MakeServerOptions(http);
   if (!so.ok()) return Fail(command, so.status(), kExitUsage);
+  // The HTTP port first, as tally up does: a taken port stops the start
+  // at once.
+  std::unique_ptr<query::HttpListener> listener = BindHttp("serve", *so);
+  if (!listener) return kExitFailure;
   base::KafkaOptions kafka;
   if (auto st = ApplyCommonFlags(f, &kafka); !st.ok()) return Fail(command, st, kExitUsage);
   auto token = ResolveAuthToken(f);
@@ -94,7 +98,7 @@ int RunServe(int argc, char** argv) {
   qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));
   qo.ready = [] { return true; };
   if (!f.brokers.empty()) qo.kafka_problem = [] { return base::KafkaHealth::Global().Problem(); };
-  auto tier = StartHttpTier(f, http, *so, std::move(qo));
+  auto tier = StartHttpTier(f, http, *so, std::move(qo), std::move(listener));
   if (!tier.ok()) return Fail(command, tier.status());
   TALLY_LOG_INFO("serve", "serving {} on HTTP {}", f.state_dir, http.listen);
   base::WaitForShutdown(-1);

@@ -121,6 +121,11 @@ int RunUp(int argc, char** argv) {
   }
   auto so = MakeServerOptions(http);
   if (!so.ok()) return Fail(command, so.status(), kExitUsage);
+  // The HTTP port before the broker starts and anything joins a group: a
+  // member whose port is taken must never be seen by the groups (it would
+  // take partitions and give them back, two rebalances for nothing).
+  std::unique_ptr<query::HttpListener> listener = BindHttp("up", *so);
+  if (!listener) return kExitFailure;
 
   PipelineOptions po;
   if (auto st = ApplyCommonFlags(f, &po.kafka); !st.ok()) return Fail(command, st, kExitUsage);
@@ -227,7 +232,7 @@ int RunUp(int argc, char** argv) {
       return "the pipeline stopped after an error and is being started again (see the log)";
     return base::KafkaHealth::Global().Problem();
   };
-  auto tier = StartHttpTier(f, http, *so, std::move(qo));
+  auto tier = StartHttpTier(f, http, *so, std::move(qo), std::move(listener));
   if (!tier.ok()) {
     runner.Stop();
     return Fail(command, tier.status());

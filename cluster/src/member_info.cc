@@ -13,6 +13,7 @@ using nlohmann::json;
 
 constexpr size_t kMaxMemberIdBytes = 256;
 constexpr size_t kMaxHttpBytes = 1024;
+constexpr size_t kMaxPeerKeyBytes = 256;
 // A member owns at most every partition of tally.deltas; a list longer than
 // this is no record of ours.
 constexpr size_t kMaxPartitions = 1 << 16;
@@ -104,6 +105,10 @@ base::Status Parse(const json& doc, MemberInfo* info) {
   }
   TALLY_RETURN_IF_ERROR(NonNegative(doc, "generation", kMaxOffset, &info->generation));
   TALLY_RETURN_IF_ERROR(NonNegative(doc, "ts_ms", kMaxOffset, &info->ts_ms));
+  // Optional: a member from before peer keys writes none.
+  if (doc.contains("peer_key")) {
+    TALLY_RETURN_IF_ERROR(String(doc, "peer_key", kMaxPeerKeyBytes, &info->peer_key));
+  }
   return base::Status::Ok();
 }
 
@@ -126,6 +131,7 @@ std::string ToJson(const MemberInfo& info) {
   doc["restoring"] = restoring;
   doc["generation"] = info.generation;
   doc["ts_ms"] = info.ts_ms;
+  if (!info.peer_key.empty()) doc["peer_key"] = info.peer_key;
   // A member id is the caller's bytes: replace invalid UTF-8 rather than throw.
   return doc.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }

@@ -35,6 +35,24 @@ TEST(MemberInfoTest, ReadsBackWhatItWrites) {
   EXPECT_EQ(*back, Sample());
 }
 
+TEST(MemberInfoTest, WritesAndReadsThePeerKeyOnlyWhenSet) {
+  MemberInfo m = Sample();
+  m.peer_key = "0123456789abcdef0123456789abcdef";
+  const std::string json = ToJson(m);
+  EXPECT_NE(json.find(R"(,"peer_key":"0123456789abcdef0123456789abcdef"})"), std::string::npos)
+      << json;
+  auto back = MemberInfoFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, m);
+  // A record without one (an older writer) reads as no key.
+  auto old = MemberInfoFromJson(ToJson(Sample()));
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->peer_key, "");
+  EXPECT_FALSE(MemberInfoFromJson(R"({"member":"a","http":"","owns":[],"standby":[],)"
+                                  R"("restoring":[],"generation":1,"ts_ms":1,"peer_key":7})")
+                   .ok());
+}
+
 TEST(MemberInfoTest, SortsPartitionsAndIgnoresUnknownFields) {
   auto m = MemberInfoFromJson(
       R"({"member":"a","http":"","owns":[3,1,3],"standby":[],"restoring":[],"generation":0,)"

@@ -281,7 +281,12 @@ void HttpLoop::Dispatch(Conn* c, bool keep_alive) {
         /*close=*/true);
     return;
   }
-  if (shared_->rate_limiter && !internal::ExemptFromRateLimit(method, c->url)) {
+  // A read another member forwarded was limited where its client reached
+  // the cluster; the forwarded header alone does not say so (a client may
+  // send it), the member's key does (ServerOptions::from_member).
+  if (shared_->rate_limiter && !internal::ExemptFromRateLimit(method, c->url) &&
+      !(options_.from_member && !c->forwarded.empty() &&
+        options_.from_member(c->forwarded, c->authorization))) {
     const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now().time_since_epoch())
                                .count();

@@ -158,11 +158,59 @@ void HttpServer::Impl::StopNow() {
   shared.blocking_pool.reset();
 }
 
+base::Result<std::unique_ptr<HttpListener>> HttpListener::Bind(const ServerOptions& options) {
+  if (options.threads < 1) return base::Status::InvalidArgument("http: threads must be >= 1");
+  boost::asio::ip::address address;
+  uint16_t port = 0;
+  TALLY_RETURN_IF_ERROR(internal::ParseListen(options.listen, &address, &port));
+  std::unique_ptr<HttpListener> listener(new HttpListener());
+  listener->listen_ = options.listen;
+  // SO_REUSEPORT would also let another process bind the port and take a
+  // share of the connections: first make sure nobody listens there.
+  if (port != 0) {
+    auto probe = Listen(address, port, /*share=*/false);
+    if (!probe.ok()) {
+      return base::Status::Unavailable(
+          fmt::format("http: cannot listen on {}: {}", options.listen, probe.status().message()));
+    }
+    ::close(*probe);
+  }
+  for (int i = 0; i < options.threads; i++) {
+    // The first socket may bind port 0; the others join the port it got.
+    auto fd = Listen(address, i == 0 ? port : listener->port_, /*share=*/true);
+    if (!fd.ok()) {
+      return base::Status::Unavailable(
+          fmt::format("http: cannot listen on {}: {}", options.listen, fd.status().message()));
+    }
+    listener->fds_.push_back(*fd);
+    if (i == 0) listener->port_ = LocalPort(*fd);
+  }
+  return listener;
+}
+
+HttpListener::~HttpListener() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions& options,
                                                             QueryService* service) {
+  auto listener = HttpListener::Bind(options);
+  if (!listener.ok()) return listener.status();
+  return Start(options, service, std::move(listener).value());
+}
+
+base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const ServerOptions& options, QueryService* service, std::unique_ptr<HttpListener> listener) {
   if (service == nullptr) return base::Status::InvalidArgument("http: no query service");
   if (options.threads < 1 || options.blocking_threads < 1) {
     return base::Status::InvalidArgument("http: threads and blocking_threads must be >= 1");
+  }
+  if (listener == nullptr || listener->listen_ != options.listen ||
+      listener->fds_.size() != static_cast<size_t>(options.threads)) {
+    return base::Status::InvalidArgument(fmt::format(
+        "http: no listener bound for {} with {} threads", options.listen, options.threads));
   }
   if (options.max_readable_body_bytes < options.max_body_bytes) {
     return base::Status::InvalidArgument("http: max_readable_body_bytes < max_body_bytes");
@@ -191,30 +239,14 @@ base::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerOptions&
   shared.rate_limited_total = base::MetricsRegistry::Global().GetCounter(
       "tally_http_rate_limited_total", "HTTP requests answered 429 by --rate-limit");
 
-  // SO_REUSEPORT would also let another process bind the port and take a
-  // share of the connections: first make sure nobody listens there.
-  if (port != 0) {
-    auto probe = Listen(address, port, /*share=*/false);
-    if (!probe.ok()) {
-      return base::Status::Unavailable(
-          fmt::format("http: cannot listen on {}: {}", options.listen, probe.status().message()));
-    }
-    ::close(*probe);
-  }
-
+  self->port.store(listener->port_);
   const size_t per_loop_connections =
       std::max<size_t>(1, (options.max_connections + static_cast<size_t>(options.threads) - 1) /
                               static_cast<size_t>(options.threads));
   for (int i = 0; i < options.threads; i++) {
-    // The first loop may bind port 0; the others join the port it got.
-    auto fd = Listen(address, i == 0 ? port : self->port.load(), /*share=*/true);
-    if (!fd.ok()) {
-      self->loops.clear();
-      return base::Status::Unavailable(
-          fmt::format("http: cannot listen on {}: {}", options.listen, fd.status().message()));
-    }
-    if (i == 0) self->port.store(LocalPort(*fd));
-    self->loops.push_back(std::make_unique<internal::HttpLoop>(&shared, *fd, per_loop_connections));
+    // The loop owns its socket from here on.
+    const int fd = std::exchange(listener->fds_[static_cast<size_t>(i)], -1);
+    self->loops.push_back(std::make_unique<internal::HttpLoop>(&shared, fd, per_loop_connections));
     if (base::Status s = self->loops.back()->Init(); !s.ok()) {
       self->loops.clear();
       return s;

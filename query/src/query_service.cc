@@ -110,6 +110,11 @@ QueryService::QueryService(QueryServiceOptions options) : options_(std::move(opt
     // never forwarded again.
     PeerClientOptions po;
     po.extra_headers.emplace_back(std::string(kForwardedHeader), options_.cluster->Self());
+    // And proves it (ClusterRouting::FromMember): the owner does not count
+    // the read against its rate limit a second time.
+    if (std::string auth = options_.cluster->PeerAuthorization(); !auth.empty()) {
+      po.extra_headers.emplace_back("Authorization", std::move(auth));
+    }
     auto peers = PeerClient::Start(std::move(po));
     if (peers.ok()) {
       peers_ = std::move(peers).value();

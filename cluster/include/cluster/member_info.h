@@ -6,10 +6,11 @@
 //
 //   {"member":S,"http":S,"owns":[N],"standby":[N],
 //    "restoring":[{"partition":N,"offset":N,"end_offset":N}],
-//    "generation":N,"ts_ms":N}
+//    "generation":N,"ts_ms":N,"peer_key":S}
 //
 // which is also the per-member shape of SPEC section 6's GET /v1/cluster
-// (that answer leaves out generation and ts_ms). A null value (tombstone)
+// (that answer leaves out generation, ts_ms and peer_key; peer_key is left
+// out of the record too when empty). A null value (tombstone)
 // is a clean leave. Anyone can write to the topic, so a record is hostile
 // input: MemberInfoFromJson() checks every field and never throws.
 //
@@ -48,6 +49,11 @@ struct MemberInfo {
   // the higher generation is the owner (the other's record is stale).
   int64_t generation = 0;
   int64_t ts_ms = 0;  // the writer's wall clock when it wrote the record
+  // The secret the member's forwarded requests carry (Authorization:
+  // TallyMember <peer_key>), random at each start, so that the other members
+  // know them from a client's (app/cluster_member.h). Empty: none (a writer
+  // from before it). Only readers of tally.members learn it: never shown.
+  std::string peer_key;
   bool operator==(const MemberInfo&) const = default;
 };
 
@@ -56,8 +62,9 @@ std::string ToJson(const MemberInfo& info);
 
 // Parses and checks one record's value: a JSON object with every field of
 // the shape above and the right types (partitions and offsets >= 0, a
-// non-empty member id of at most 256 bytes); unknown fields are ignored (a
-// newer writer may add some). InvalidArgument naming what is wrong.
+// non-empty member id of at most 256 bytes; peer_key optional, a string of
+// at most 256 bytes); unknown fields are ignored (a newer writer may add
+// some). InvalidArgument naming what is wrong.
 base::Result<MemberInfo> MemberInfoFromJson(std::string_view json);
 
 // True if `partitions` (sorted) holds `p`.

@@ -28,6 +28,11 @@ namespace tally::query {
 // Marks a request one member sends another; its value is the asking
 // member's id. A request with it is never forwarded again.
 inline constexpr std::string_view kForwardedHeader = "X-Tally-Forwarded";
+// The Authorization scheme of a member's forwarded requests:
+// "TallyMember <key>", the key the member published in the members
+// directory (ClusterRouting::PeerAuthorization). The forwarded header alone
+// is a client's to send; this proves the request comes from that member.
+inline constexpr std::string_view kPeerAuthScheme = "TallyMember";
 // Names the member (or members, comma-separated, for a batch answered by
 // several) whose state answered.
 inline constexpr std::string_view kMemberHeader = "X-Tally-Member";
@@ -66,6 +71,22 @@ class ClusterRouting {
   // The live members other than this one, as {member id, base URL}, sorted
   // by id: GET /v1/watermarks asks each for its partitions.
   virtual std::vector<std::pair<std::string, std::string>> Peers() const = 0;
+
+  // The Authorization value this member's forwarded requests carry
+  // ("TallyMember <key>"), or "" when it has no key the others can know
+  // (its requests are then treated as any client's).
+  virtual std::string PeerAuthorization() const { return {}; }
+
+  // True when a request with kForwardedHeader `forwarded` and
+  // `authorization` comes from that member: a live member of the
+  // directory whose published key the authorization carries. Such a read
+  // was already counted against its client's rate limit where the client
+  // reached the cluster (HttpServer's ServerOptions::from_member).
+  virtual bool FromMember(std::string_view forwarded, std::string_view authorization) const {
+    (void)forwarded;
+    (void)authorization;
+    return false;
+  }
 };
 
 }  // namespace tally::query

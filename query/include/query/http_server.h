@@ -33,6 +33,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -68,16 +70,60 @@ struct ServerOptions {
   // second's worth, at least 1).
   double rate_limit_per_s = 0;
   double rate_burst = 0;
+  // In a cluster: true for a request another member forwarded
+  // (ClusterRouting::FromMember on its X-Tally-Forwarded and Authorization
+  // values, called only when the former is present). Such a request is not
+  // rate limited here: the limit applies once, at the member the client
+  // reached. Null: every request is limited. Called on the I/O threads
+  // concurrently; must be cheap.
+  std::function<bool(std::string_view forwarded, std::string_view authorization)> from_member;
+};
+
+// The listening sockets of an HttpServer, taken before it serves. A
+// process binds its port first of all, so that a taken port fails its start
+// before it joins anything (a cluster member's consumer groups would
+// otherwise see it join and leave). The sockets listen from Bind() on:
+// connections made before the server serves wait in the listen backlog.
+//
+// Thread model: externally synchronized; HttpServer::Start takes it over.
+class HttpListener {
+ public:
+  // Binds options.listen (port 0: a free one), one SO_REUSEPORT socket per
+  // I/O thread (options.threads), after checking that no other socket
+  // listens there. InvalidArgument for a malformed address or threads < 1;
+  // Unavailable naming the address when it cannot be bound (port taken,
+  // address not local). The caller owns the listener.
+  static base::Result<std::unique_ptr<HttpListener>> Bind(const ServerOptions& options);
+  // Closes the sockets no server took.
+  ~HttpListener();
+  HttpListener(const HttpListener&) = delete;
+  HttpListener& operator=(const HttpListener&) = delete;
+
+  // The port bound (useful with port 0).
+  uint16_t port() const { return port_; }
+
+ private:
+  friend class HttpServer;
+  HttpListener() = default;
+  std::string listen_;    // options.listen as bound
+  std::vector<int> fds_;  // one listening socket per I/O thread
+  uint16_t port_ = 0;
 };
 
 class HttpServer {
  public:
-  // Binds options.listen and starts serving `service` (borrowed; must
-  // outlive the server). InvalidArgument for a malformed address or bad
-  // options; Unavailable naming the address when it cannot be bound (port
-  // taken, address not local). The caller owns the server.
+  // Binds options.listen (HttpListener::Bind) and starts serving `service`
+  // (borrowed; must outlive the server). InvalidArgument for a malformed
+  // address or bad options; Unavailable naming the address when it cannot
+  // be bound (port taken, address not local). The caller owns the server.
   static base::Result<std::unique_ptr<HttpServer>> Start(const ServerOptions& options,
                                                          QueryService* service);
+  // The same on sockets bound before (HttpListener::Bind with the same
+  // listen address and threads; else InvalidArgument), which the server
+  // takes over whatever the outcome.
+  static base::Result<std::unique_ptr<HttpServer>> Start(const ServerOptions& options,
+                                                         QueryService* service,
+                                                         std::unique_ptr<HttpListener> listener);
   // Stops (see Stop()).
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
