@@ -157,12 +157,13 @@ Status LogManager::LoadOrCreateMeta() {
   return Status::Ok();
 }
 
-PartitionLogOptions LogManager::PartitionOptions(const TopicConfig& config) const {
+PartitionLogOptions LogManager::PartitionOptions(const TopicConfig& config) {
   PartitionLogOptions o;
   o.config = config;
   o.index_interval_bytes = options_.index_interval_bytes;
   o.log_flush_ms = options_.log_flush_ms;
   o.ops = options_.ops;
+  if (options_.log_flush_ms > 0) o.on_dirty = [this] { NoteDirty(); };
   return o;
 }
 
@@ -388,12 +389,31 @@ FlushStats LogManager::flush_stats() const {
   return s;
 }
 
+void LogManager::NoteDirty() {
+  // The first write after a round wakes the flusher; the others cost one
+  // atomic exchange.
+  if (dirty_.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_one();
+}
+
+// Sleeps while nothing is written (an idle broker never wakes for it), then
+// flushes at once, but rounds start at least log_flush_ms apart: under load
+// that is the group commit, and a write after a quiet spell is made
+// durable without waiting out an interval.
 void LogManager::FlusherLoop() {
-  auto interval = std::chrono::milliseconds(options_.log_flush_ms);
+  const auto interval = std::chrono::milliseconds(options_.log_flush_ms);
+  auto last_round = std::chrono::steady_clock::now() - interval;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, interval, [this] { return stop_; });
+    cv_.wait(lock, [this] { return stop_ || dirty_.load(std::memory_order_acquire); });
     if (stop_) break;
+    cv_.wait_until(lock, last_round + interval, [this] { return stop_; });
+    if (stop_) break;
+    // Cleared before the round looks at the partitions: a write after this
+    // point is either in this round or wakes the next one.
+    dirty_.store(false, std::memory_order_release);
+    last_round = std::chrono::steady_clock::now();
     lock.unlock();
     // A failing partition logs once itself (PartitionLog::Flush); the
     // others go on being flushed.

@@ -143,9 +143,11 @@ class LogManager {
   base::Status LoadTopics();
   base::Status OpenPartitions(Topic* topic);
   base::Status WriteTopicFile(const TopicInfo& info);
-  PartitionLogOptions PartitionOptions(const TopicConfig& config) const;
+  PartitionLogOptions PartitionOptions(const TopicConfig& config);
   std::filesystem::path TopicsDir() const { return options_.log_dir / "topics"; }
   void RefreshFlushList();
+  // A partition wrote what no flush covers yet: wake the flusher.
+  void NoteDirty();
   void FlusherLoop();
   base::Status FlushRound();
 
@@ -158,7 +160,8 @@ class LogManager {
   // Shared with the flusher thread.
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                                      // guarded by mu_
+  bool stop_ = false;               // guarded by mu_
+  std::atomic<bool> dirty_{false};  // written since the flusher's last round began
   std::vector<std::shared_ptr<PartitionLog>> flush_list_;  // guarded by mu_
   std::thread flusher_;
   std::atomic<int64_t> flush_rounds_{0};

@@ -186,16 +186,22 @@ Status PartitionLog::RebuildProducerState() {
 }
 
 void PartitionLog::MarkWritten(const std::shared_ptr<File>& file, int64_t end) {
-  std::lock_guard<std::mutex> lock(flush_mu_);
-  if (std::find(dirty_files_.begin(), dirty_files_.end(), file) == dirty_files_.end()) {
-    dirty_files_.push_back(file);
+  {
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    if (std::find(dirty_files_.begin(), dirty_files_.end(), file) == dirty_files_.end()) {
+      dirty_files_.push_back(file);
+    }
+    written_end_ = end;
   }
-  written_end_ = end;
+  if (options_.on_dirty) options_.on_dirty();
 }
 
 void PartitionLog::MarkDirDirty() {
-  std::lock_guard<std::mutex> lock(flush_mu_);
-  dir_dirty_ = true;
+  {
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    dir_dirty_ = true;
+  }
+  if (options_.on_dirty) options_.on_dirty();
 }
 
 void PartitionLog::UpdateSizes() {

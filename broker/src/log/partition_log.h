@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,10 @@ struct PartitionLogOptions {
   // Every write, truncate and fdatasync of log data goes through it; borrowed,
   // must outlive the log.
   FileOps* ops = DefaultFileOps();
+  // Called after data or a directory entry was written that a flush has not
+  // yet covered (LogManager wakes its flusher); quick, any thread; may be
+  // empty.
+  std::function<void()> on_dirty;
 };
 
 // The outcome of Append for a request that was not refused by a Status.

@@ -83,15 +83,26 @@ base::Result<std::unique_ptr<BrokerServer>> BrokerServer::Start(const BrokerOpti
     s->offsets_flusher_ = std::thread([srv = s.get()] {
       // The committed offsets' group commit; the log has its own flusher
       // thread inside LogManager.
-      while (!srv->offsets_quit_.load(std::memory_order_acquire)) {
-        if (srv->offsets_->WrittenSequence() > srv->offsets_->DurableSequence()) {
-          base::Status st = srv->offsets_->Flush();
-          if (!st.ok()) TALLY_LOG_ERROR(kLog, "offsets flush: {}", st.ToString());
-          WakeFd(srv->wake_fd_);
-        }
-        std::unique_lock<std::mutex> lock(srv->mu_);
-        srv->cv_.wait_for(lock, std::chrono::milliseconds(srv->options_.log_flush_ms),
-                          [srv] { return srv->offsets_quit_.load(std::memory_order_acquire); });
+      // It sleeps until a commit is written (the network thread notifies,
+      // NotifyOffsetsFlusher), then flushes, rounds at least log_flush_ms
+      // apart.
+      const auto interval = std::chrono::milliseconds(srv->options_.log_flush_ms);
+      auto last_round = std::chrono::steady_clock::now() - interval;
+      auto quit = [srv] { return srv->offsets_quit_.load(std::memory_order_acquire); };
+      std::unique_lock<std::mutex> lock(srv->mu_);
+      while (!quit()) {
+        srv->cv_.wait(lock, [&] {
+          return quit() || srv->offsets_->WrittenSequence() > srv->offsets_->DurableSequence();
+        });
+        if (quit()) break;
+        srv->cv_.wait_until(lock, last_round + interval, quit);
+        if (quit()) break;
+        last_round = std::chrono::steady_clock::now();
+        lock.unlock();
+        base::Status st = srv->offsets_->Flush();
+        if (!st.ok()) TALLY_LOG_ERROR(kLog, "offsets flush: {}", st.ToString());
+        WakeFd(srv->wake_fd_);
+        lock.lock();
       }
     });
   }
@@ -373,6 +384,7 @@ void BrokerServer::Run() {
     }
     if (woken) OnWake();
     if (recheck_) RecheckWaiting();
+    NotifyOffsetsFlusher();
     ResumeInput();
     const int64_t after = base::SteadyMs();
     coord_->Tick();
@@ -685,6 +697,16 @@ void BrokerServer::CloseAll(const std::string& why) {
     TALLY_LOG_INFO(kLog, "closing {} connections: {}", conns_.size(), why);
   }
   for (auto& [id, c] : conns_) CloseConn(c.get(), "");
+}
+
+void BrokerServer::NotifyOffsetsFlusher() {
+  if (options_.log_flush_ms <= 0) return;
+  const uint64_t written = offsets_->WrittenSequence();
+  if (written == offsets_notified_) return;
+  offsets_notified_ = written;
+  // Under mu_, so the flusher cannot miss it between its check and its wait.
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
 }
 
 void BrokerServer::OnWake() {

@@ -125,6 +125,8 @@ class BrokerServer {
   void CloseAll(const std::string& why);
   Conn* FindConn(uint64_t id);
   void OnWake();
+  // Wakes the offsets flusher when a commit was written since it was last told.
+  void NotifyOffsetsFlusher();
   void RunCommands();
   void RecheckWaiting();
   void ExpireFetches(int64_t now);
@@ -204,6 +206,8 @@ class BrokerServer {
   bool stopped_ = false;                         // guarded by mu_
   base::Status stop_status_;                     // guarded by mu_
   std::atomic<bool> offsets_quit_{false};
+  // The offsets' written sequence the flusher was last told of (network thread).
+  uint64_t offsets_notified_ = 0;
   // logs_ as the log's flusher thread reads it in on_flushed (set once the
   // manager is open; the flusher may run before).
   std::atomic<const LogManager*> logs_for_flusher_{nullptr};
