@@ -21,6 +21,7 @@
 #include "base/kafka.h"
 #include "base/status.h"
 #include "bench_util.h"
+#include "broker_workloads.h"
 #include "cluster_workloads.h"
 
 namespace tally::bench {
@@ -57,6 +58,8 @@ struct Flags {
   int64_t restore_events = ClusterBenchOptions().restore_events;
   int64_t cluster_events = ClusterBenchOptions().ingest_events;
   int64_t cluster_rate = ClusterBenchOptions().ingest_rate;
+  // The broker workloads' own (--broker-*; tally, self and dir are set by Main and RunOnce).
+  BrokerBenchOptions broker;
 };
 
 // HSETs a post's four counters (v) as the hash `key` into *pipe; the field
@@ -125,7 +128,7 @@ class Bench {
   bool Selected(const std::string& w) const { return selected_.count(w) > 0; }
   bool needs_redis() const {
     for (const auto& w : selected_) {
-      if (!w.starts_with("cluster_")) return true;
+      if (!w.starts_with("cluster_") && !w.starts_with("broker_")) return true;
     }
     return false;
   }

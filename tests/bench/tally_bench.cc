@@ -66,6 +66,10 @@
 // cluster_disk. Each starts its own `tally broker` and `tally up --brokers`
 // members and prints a table of its own besides its rows.
 //
+// Broker workloads (not in "standard"; by name; broker_workloads.h):
+// broker_produce, broker_fetch, broker_idle, broker_latency, broker_steady,
+// tally's own broker (this binary's `--broker-child` mode) beside the mock.
+//
 // Each workload prints one JSON line ({"workload":...}) when it ends; a table
 // follows at the end. With --runs N everything runs N times and the table
 // holds the medians. Exit status: 0 when every workload ran (targets missed
@@ -91,6 +95,7 @@
 #include "base/log.h"
 #include "bench.h"
 #include "bench_util.h"
+#include "broker_workloads.h"
 #include "cluster_workloads.h"
 
 namespace tally::bench {
@@ -314,6 +319,11 @@ Status Bench::RunOnce(int run, std::vector<WorkloadResult>* results) {
       for (auto& r : rows) report(std::move(r));
     }
   }
+  BrokerBenchOptions bo = f_.broker;  // runs the broker workloads selected, if any
+  bo.tally = f_.tally;
+  bo.dir = Path("broker");
+  bo.partitions = static_cast<int>(f_.partitions);
+  TALLY_RETURN_IF_ERROR(RunBrokerWorkloads(bo, selected_, report));
   if (!f_.keep) std::filesystem::remove_all(dir_);
   return Status::Ok();
 }
@@ -387,17 +397,24 @@ void PrintTable(const std::vector<WorkloadResult>& rs, const std::string& title)
 }  // namespace
 
 int Main(int argc, char** argv) {
+  // tally's broker for the broker workloads (broker_workloads.h).
+  if (argc > 1 && std::string_view(argv[1]) == "--broker-child") {
+    return RunBrokerChild(argc - 2, argv + 2);
+  }
   Flags f;
   std::string self = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   f.tally = self + "/tally";
+  f.broker.self = std::filesystem::canonical("/proc/self/exe").string();
   f.wrk_script = std::string(TALLY_BENCH_SOURCE_DIR) + "/wrk_report.lua";
   f.work_dir = (std::filesystem::temp_directory_path() / fmt::format("tally-bench-{}", ::getpid())).string();
   base::FlagSet flags(
       "tally-bench",
       "Benchmarks tally beside Redis in one run. Workloads: ingest, replay, freshness, "
       "query_counts, query_batch, query_unread, storage (or 'standard' for all); "
-      "cluster_failover, cluster_restore, cluster_ingest, cluster_disk (by name only).");
-  flags.String("benchmarks", &f.benchmarks, "comma-separated workloads, or 'standard'");
+      "cluster_failover, cluster_restore, cluster_ingest, cluster_disk, broker_produce, "
+      "broker_fetch, broker_idle, broker_latency, broker_steady (by name only).");
+  flags.String("benchmarks", &f.benchmarks,
+               "comma-separated workloads; 'standard' (also first in a list) for the standard set");
   flags.String("tally", &f.tally, "the tally binary");
   flags.String("work-dir", &f.work_dir, "scratch directory (state, logs); removed afterwards unless --keep");
   flags.String("redis-server", &f.redis_server, "redis-server binary");
@@ -441,19 +458,25 @@ int Main(int argc, char** argv) {
   flags.Int("cluster-events", &f.cluster_events, "cluster_ingest, cluster_disk: events published");
   flags.Int("cluster-rate", &f.cluster_rate,
             "cluster_ingest, cluster_disk: events/s they are published at (0: at once)");
+  AddBrokerFlags(&flags, &f.broker);
   bool help = false;
   if (auto st = flags.Parse(argc - 1, argv + 1, &help); !st.ok() || help) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(), flags.Usage().c_str());
     return help ? 0 : 2;
   }
-  std::string list = f.benchmarks == "standard" ? kStandard : f.benchmarks;
+  // "standard" first in a list stands for the standard set ("standard,broker_produce").
+  std::string list = f.benchmarks;
+  if (list == "standard" || list.starts_with("standard,")) {
+    list = kStandard + list.substr(std::string_view("standard").size());
+  }
   Bench bench(f);
   for (size_t pos = 0; pos <= list.size();) {
     size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     std::string w = list.substr(pos, comma - pos);
     if (w.empty() || (std::string(kStandard).find(w) == std::string::npos &&
-                      std::string(kCluster).find(w) == std::string::npos)) {
+                      std::string(kCluster).find(w) == std::string::npos &&
+                      std::string(kBrokerWorkloads).find(w) == std::string::npos)) {
       std::fprintf(stderr, "tally-bench: unknown workload '%s'\n", w.c_str());
       return 2;
     }
