@@ -35,17 +35,21 @@ function(tally_library module)
   tally_compile_options(tally_${module})
 endfunction()
 
-# tally_test_precompiled_headers(<target>): GoogleTest and the standard
-# headers the tests share, parsed once per test executable instead of once
-# per source file (about a third of a test file's compile time).
-set(TALLY_TEST_PCH_HEADERS
-    <gtest/gtest.h> <algorithm> <atomic> <chrono> <cstdint> <cstdio> <filesystem> <fstream>
-    <functional> <map> <memory> <mutex> <optional> <random> <set> <string> <string_view>
-    <thread> <utility> <vector>)
-function(tally_test_precompiled_headers target)
-  target_precompile_headers(${target} PRIVATE ${TALLY_TEST_PCH_HEADERS})
+# tally_test_code_options(<target>): how a test's own code is compiled
+# (assertions, fixtures, reference models: not what a test measures; the
+# libraries it drives keep the build's level). Release: -O1, about half the
+# compile time of -O3. The sanitizer tree: -O0, about half that of its -O1,
+# and the instrumented libraries still run at -O1.
+function(tally_test_code_options target)
+  tally_compile_options(${target})
+  if(TALLY_SANITIZE OR TALLY_FUZZ)
+    target_compile_options(${target} PRIVATE -O0)
+  else()
+    target_compile_options(${target} PRIVATE -O1)
+  endif()
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    # Without a timestamp in it, ccache can cache what includes it.
+    # No timestamp in the precompiled header, so ccache can cache what
+    # includes it.
     target_compile_options(${target} PRIVATE -Xclang -fno-pch-timestamp)
   elseif(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # GCC 12 reports libstdc++'s std::string inlined into test code from a
@@ -55,20 +59,39 @@ function(tally_test_precompiled_headers target)
   endif()
 endfunction()
 
+# tally_test_pch_target(): tally_test_pch, the one precompiled header of
+# every test executable (GoogleTest and the standard headers the tests
+# share), parsed once per build instead of once per test file. Its users
+# compile with the same options (tally_test_code_options); their extra -D
+# definitions do not touch those headers. Call once GoogleTest is found.
+set(TALLY_TEST_PCH_HEADERS
+    <gtest/gtest.h> <algorithm> <atomic> <chrono> <cstdint> <cstdio> <filesystem> <fstream>
+    <functional> <map> <memory> <mutex> <optional> <random> <set> <string> <string_view>
+    <thread> <utility> <vector>)
+function(tally_test_pch_target)
+  set(src ${CMAKE_BINARY_DIR}/tally_test_pch.cc)
+  if(NOT EXISTS ${src})
+    file(WRITE ${src} "// The precompiled header's own translation unit (cmake/TallyTarget.cmake).\n")
+  endif()
+  add_library(tally_test_pch OBJECT ${src})
+  target_link_libraries(tally_test_pch PRIVATE GTest::gtest fmt::fmt Threads::Threads)
+  tally_test_code_options(tally_test_pch)
+  target_precompile_headers(tally_test_pch PRIVATE ${TALLY_TEST_PCH_HEADERS})
+endfunction()
+
+# tally_test_precompiled_headers(<target>): a test executable reuses
+# tally_test_pch's header (after tally_test_code_options).
+function(tally_test_precompiled_headers target)
+  target_precompile_headers(${target} REUSE_FROM tally_test_pch)
+endfunction()
+
 # tally_test(<name> SOURCES ... DEPS ... [LABELS ...])
 # A GoogleTest executable registered with ctest through gtest_discover_tests.
 function(tally_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
-  tally_compile_options(${name})
-  # A test's own code (assertions, fixtures, its reference model) is not
-  # what it measures: -O1 compiles it in about half the time of the
-  # release -O3, and the libraries it drives keep the build's level.
-  # Sanitizer builds set their own level.
-  if(NOT TALLY_SANITIZE AND NOT TALLY_FUZZ)
-    target_compile_options(${name} PRIVATE -O1)
-  endif()
+  tally_test_code_options(${name})
   tally_test_precompiled_headers(${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
