@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/clock.h"
+#include "base/constant_time.h"
 #include "base/log.h"
 
 namespace tally::app {
@@ -63,17 +64,6 @@ std::string RandomKey() {
   std::string key;
   for (int i = 0; i < 4; i++) key += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
   return key;
-}
-
-// Compares in constant time: the time taken does not depend on how many
-// leading bytes match (as the bearer token's check in query/).
-bool KeysEqual(std::string_view given, std::string_view key) {
-  unsigned char diff = given.size() == key.size() ? 0 : 1;
-  for (size_t i = 0; i < key.size(); i++) {
-    diff |= static_cast<unsigned char>(key[i]) ^
-            static_cast<unsigned char>(i < given.size() ? given[i] : 0);
-  }
-  return diff == 0;
 }
 
 }  // namespace
@@ -236,7 +226,7 @@ bool ClusterMember::FromMember(std::string_view forwarded, std::string_view auth
     keys_version_ = version;
   }
   auto it = keys_.find(forwarded);
-  return it != keys_.end() && KeysEqual(given, it->second);
+  return it != keys_.end() && base::ConstantTimeEquals(given, it->second);
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/clock.h"
+#include "base/constant_time.h"
 #include "base/metrics.h"
 #include "http_metrics.h"
 #include "ingest/event_publisher.h"
@@ -54,12 +55,7 @@ bool BearerMatches(std::string_view header, std::string_view token) {
       return false;
     }
   }
-  std::string_view given = header.substr(kScheme.size());
-  unsigned char diff = given.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < token.size(); i++) {
-    diff |= static_cast<unsigned char>(token[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
-  }
-  return diff == 0;
+  return base::ConstantTimeEquals(header.substr(kScheme.size()), token);
 }
 
 // ?wait=visible (true), no wait parameter (false), or a bad one.
