@@ -232,6 +232,15 @@ Status Partition::Resume() {
   // Not while the control thread opens or closes the partition.
   std::lock_guard<std::mutex> control(rep_->control_mu);
   if (rep_->db.load() == nullptr) return NotHeld(id_);
+  // A WAL write that ran out of space: nothing is reopened or written
+  // until the disk has room again, or the partition would flap between
+  // writing into what the reopen gave back and failing once more.
+  if (rep_->health != nullptr && rep_->health->WalOutOfSpace() && rep_->reserve != nullptr) {
+    if (Status room = rep_->reserve->CheckRoomAfterFull(); !room.ok()) {
+      return Status::Unavailable(
+          fmt::format("partition {}: a WAL write ran out of space; {}", id_, room.message()));
+    }
+  }
   if (!rep_->primary_closed) {
     // After a failed WAL write the instance is never written again (see
     // write_health.h): straight to the reopen below.

@@ -527,7 +527,9 @@ rocksdb::Options StateStore::Rep::PartitionOptions(uint32_t i, bool create_if_mi
   if (!options.read_only) {
     auto log = std::make_shared<InfoLog>(options.dir + "/" + PartitionDirName(i) + "/LOG", 4 << 20);
     std::shared_ptr<rocksdb::SstFileManager> files(rocksdb::NewSstFileManager(db_options.env, log));
-    files->SetCompactionBufferSize(options.min_free_bytes);
+    // RocksDB's own recovery from a full disk waits for the same room
+    // before it writes again (see DiskReserve::kRoomAfterFull).
+    files->SetCompactionBufferSize(std::max(options.min_free_bytes, DiskReserve::kRoomAfterFull));
     o.info_log = std::move(log);
     o.sst_file_manager = std::move(files);
     o.listeners.push_back(partitions[i]->rep_->health);

@@ -64,6 +64,7 @@ void WriteHealth::OnBackgroundError(rocksdb::BackgroundErrorReason reason,
   // kWriteCallback: a WAL write or sync failed (the write path reports
   // nothing else under that reason).
   if (reason == rocksdb::BackgroundErrorReason::kWriteCallback) {
+    if (bg_error->IsNoSpace()) wal_no_space_.store(true, std::memory_order_release);
     wal_write_failed_.store(true, std::memory_order_release);
   }
   Set(fmt::format("partition {}: RocksDB stopped writing after {} failed: {}", partition_,
@@ -87,6 +88,15 @@ DiskReserve::DiskReserve(std::string dir, uint64_t min_free_bytes,
 
 base::Status DiskReserve::Check() const {
   if (min_free_bytes_ == 0) return base::Status::Ok();
+  return CheckAtLeast(min_free_bytes_, "below the {} kept free (--min-free-mb)");
+}
+
+base::Status DiskReserve::CheckRoomAfterFull() const {
+  if (min_free_bytes_ >= kRoomAfterFull) return Check();
+  return CheckAtLeast(kRoomAfterFull, "less than the {} it must have before writing again");
+}
+
+base::Status DiskReserve::CheckAtLeast(uint64_t bytes, const char* what) const {
   uint64_t free = 0;
   if (free_bytes_) {
     free = free_bytes_();
@@ -95,11 +105,10 @@ base::Status DiskReserve::Check() const {
     if (::statvfs(dir_.c_str(), &st) != 0) return base::Status::Ok();
     free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
   }
-  if (free >= min_free_bytes_) return base::Status::Ok();
+  if (free >= bytes) return base::Status::Ok();
   return base::Status::ResourceExhausted(
-      fmt::format("the disk of {} is full: {} free, below the {} kept free (--min-free-mb); "
-                  "nothing is written until space is freed",
-                  dir_, Mib(free), Mib(min_free_bytes_)));
+      fmt::format("the disk of {} is full: {} free, {}; nothing is written until space is freed",
+                  dir_, Mib(free), fmt::format(fmt::runtime(what), Mib(bytes))));
 }
 
 }  // namespace tally::store

@@ -48,9 +48,14 @@ class WriteHealth : public rocksdb::EventListener {
   // "" when the partition writes; else why it does not.
   std::string Problem() const;
 
-  // True after a WAL write failed, until ClearWalWriteFailed() (a reopen).
+  // True after a WAL write failed, until ClearWalWriteFailed() (a reopen);
+  // WalOutOfSpace() when it failed for want of space (ENOSPC).
   bool WalWriteFailed() const { return wal_write_failed_.load(std::memory_order_acquire); }
-  void ClearWalWriteFailed() { wal_write_failed_.store(false, std::memory_order_release); }
+  bool WalOutOfSpace() const { return wal_no_space_.load(std::memory_order_acquire); }
+  void ClearWalWriteFailed() {
+    wal_write_failed_.store(false, std::memory_order_release);
+    wal_no_space_.store(false, std::memory_order_release);
+  }
   // Forgets everything: the partition was closed, or opened afresh.
   void Reset() {
     Clear();
@@ -69,6 +74,7 @@ class WriteHealth : public rocksdb::EventListener {
   const uint32_t partition_;
   std::atomic<bool> failing_{false};
   std::atomic<bool> wal_write_failed_{false};
+  std::atomic<bool> wal_no_space_{false};
   mutable std::mutex mu_;
   std::string reason_;  // guarded by mu_
 };
@@ -83,8 +89,21 @@ class DiskReserve {
   // read: then RocksDB's own errors say what is wrong); ResourceExhausted
   // naming the directory, the free space and the reserve otherwise.
   base::Status Check() const;
+  // The same against max(reserve, kRoomAfterFull): what a database that
+  // ran out of space waits for before it is written again (see
+  // Partition::Resume).
+  base::Status CheckRoomAfterFull() const;
+
+  // A window's WAL record, a new WAL, MANIFEST and OPTIONS file fit in it
+  // with room to spare. Without it a disk full to the last byte would
+  // take, and at once fill again, the few KiB a reopen gives back (an old
+  // WAL's preallocation), and the partition would flap between writing
+  // and failing.
+  static constexpr uint64_t kRoomAfterFull = 1 << 20;
 
  private:
+  base::Status CheckAtLeast(uint64_t bytes, const char* what) const;
+
   std::string dir_;
   uint64_t min_free_bytes_;
   std::function<uint64_t()> free_bytes_;

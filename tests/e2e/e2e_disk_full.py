@@ -250,6 +250,16 @@ def main():
             h.check(status == 503, "/healthz with the disk full to the last byte: %s %s" % (status, body))
             reads = [client.get("/v1/posts/%d/counts" % p).status for p in sorted(w.model.post_ids)[:50]]
             h.check(all(s == 200 for s in reads), "reads with the disk full: %s" % sorted(set(reads)))
+            # The disk stays full: several retries later (100 ms, 200, 400,
+            # 800 ms apart) nothing has been applied, and /healthz still
+            # says so. A partition reopened into the few KiB its old WAL
+            # gave back would commit a window and flap to 200.
+            time.sleep(2.0)  # measuring that nothing moves, not ordering
+            status, body = health(client)
+            h.check(status == 503, "/healthz 2 s later, the disk still full: %s %s" % (status, body))
+            resumed = tallyctl.log_lines(h.path("up-2.log"), RESUMED_LINE)
+            h.check(not resumed, "a window committed while the disk was full to the last byte: %s" %
+                    (resumed[:1] and resumed[0][:300]))
             errors = tallyctl.log_lines(h.path("up-2.log"), "ERROR")
             h.check(1 <= len(errors) <= 2, "%d ERROR lines for one full disk:\n  %s" % (
                 len(errors), "\n  ".join(e[:200] for e in errors[:5])))
