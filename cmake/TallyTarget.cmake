@@ -36,17 +36,12 @@ function(tally_library module)
 endfunction()
 
 # tally_test_code_options(<target>): how a test's own code is compiled
-# (assertions, fixtures, reference models: not what a test measures; the
-# libraries it drives keep the build's level). Release: -O1, about half the
-# compile time of -O3. The sanitizer tree: -O0, about half that of its -O1,
-# and the instrumented libraries still run at -O1.
+# (assertions, fixtures, reference models, clients: not what a test
+# measures, and the libraries it drives keep the build's level): -O0, in
+# both trees, about two thirds of the compile time of -O1 and half of -O3.
 function(tally_test_code_options target)
   tally_compile_options(${target})
-  if(TALLY_SANITIZE OR TALLY_FUZZ)
-    target_compile_options(${target} PRIVATE -O0)
-  else()
-    target_compile_options(${target} PRIVATE -O1)
-  endif()
+  target_compile_options(${target} PRIVATE -O0)
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     # No timestamp in the precompiled header, so ccache can cache what
     # includes it.
