@@ -47,7 +47,7 @@ constexpr SpecRoute kSpecRoutes[] = {
     {"GET", "/healthz", "healthz", false, true, false, false},
     {"GET", "/metrics", "metrics", false, true, false, false},
     {"GET", "/v1/cluster", "cluster", false, false, false, false},  // SPEC section 6
-    // The status page (README, "Status page").
+    // The status page (README.md, "Status page").
     {"GET", "/", "status_page", false, true, false, false},
     {"GET", "/status", "status_page_alias", false, true, false, false},
     {"GET", "/status/status.js", "status_file", false, true, false, false},

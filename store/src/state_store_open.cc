@@ -370,13 +370,13 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& options
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   // Bloom, not Ribbon: a Ribbon filter is ~30 % smaller at the same ~1 %
   // false positives, but building one holds ~3x the memory, for a whole
-  // output file at once (README: +200 MB in a compaction of 64 MB files).
+  // output file at once (+200 MB in a compaction of 64 MB files).
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
   // Larger blocks compress better (a block of 16 KiB holds ~800 counter
   // records); a point read that misses the block cache decompresses more.
   // No hash index in data blocks: it costs ~1.3 bytes a record, about a
   // tenth of a compacted state, to spare a binary search over a block's ~50
-  // restart points, a cost within the benchmarks' noise (README).
+  // restart points, a cost within the benchmarks' noise.
   table.block_size = 16 << 10;
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
