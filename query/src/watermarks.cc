@@ -136,6 +136,32 @@ base::Result<WatermarkReport> BuildHeldWatermarkReport(
   return report;
 }
 
+void AppliedFloors::Hold(const std::map<uint32_t, store::Progress>& held,
+                         const std::string& deltas_topic, WatermarkReport* report) {
+  bool same_state = held.size() == next_deltas_.size();
+  for (auto it = next_deltas_.begin(); same_state && it != next_deltas_.end(); ++it) {
+    auto h = held.find(it->first);
+    same_state = h != held.end() && h->second.next_deltas_offset >= it->second;
+  }
+  if (!same_state) floors_.clear();
+  next_deltas_.clear();
+  for (const auto& [d, p] : held) next_deltas_.emplace(d, p.next_deltas_offset);
+
+  report->lag = 0;
+  for (WatermarkRow& row : report->rows) {
+    if (row.topic != deltas_topic) {
+      int64_t& floor = floors_[{row.topic, row.partition}];
+      if (floor > row.end_offset) floor = 0;  // a recreated topic
+      if (row.applied_offset < floor) {
+        row.applied_offset = floor;
+        row.lag = std::max<int64_t>(0, row.end_offset - row.applied_offset);
+      }
+      floor = row.applied_offset;
+    }
+    report->lag += row.lag;
+  }
+}
+
 base::Result<std::unique_ptr<WatermarkSource>> WatermarkSource::Create(
     const WatermarkOptions& options, store::StateStore* store) {
   if (store == nullptr) return base::Status::InvalidArgument("watermarks: no state store");
@@ -260,6 +286,7 @@ base::Result<WatermarkReport> WatermarkSource::ComputeLocked(int64_t deadline_ms
   auto report = BuildHeldWatermarkReport(options_.input_topics, committed, *progress, input,
                                          options_.deltas_topic, *deltas);
   if (!report.ok()) return AsUnavailable(report.status(), "inconsistent layout");
+  floors_.Hold(*progress, options_.deltas_topic, &*report);
   return report;
 }
 

@@ -194,6 +194,57 @@ TEST_F(DeltasPositionRuleTest, PositionsBeyondTheLogEndAreIgnoredSoLagReachesZer
   EXPECT_EQ(r.lag, 0);
 }
 
+// A deltas partition stalls while the router commits on (a store fault):
+// the rules first vouch for records below the one waiting message's first,
+// then, with a second message waiting, only for the older mark. Nothing
+// became invisible in between, so the row keeps the higher claim.
+TEST_F(DeltasPositionRuleTest, AStalledPartitionNeverMovesARowBack) {
+  AppliedFloors floors;
+  std::map<uint32_t, Progress> held = {{0, progress_[0]}, {1, progress_[1]}};
+  held[1].next_deltas_offset = 5;
+  auto first =
+      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
+  ASSERT_TRUE(first.ok());
+  floors.Hold(held, "tally.deltas", &*first);
+  EXPECT_EQ(Row(first->rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
+
+  // The router routed record 5 into partition 1 at offset 6 and committed.
+  input_[0][0].high = 6;
+  deltas_[1].high = 7;
+  committed_[{"tally.events", 0}] = {6, {DeltasPosition{0, 3, 3, 1}, DeltasPosition{1, 6, 5, 5}}};
+  auto second =
+      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Row(second->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");  // the mark
+  floors.Hold(held, "tally.deltas", &*second);
+  EXPECT_EQ(Row(second->rows[0]), "tally.events/0 applied=4 end=6 lag=2 ts=90");
+  EXPECT_EQ(second->lag, 2 + 1 + 0 + 2);
+
+  // A partition that went back (another state) voids every claim.
+  held[1].next_deltas_offset = 4;
+  auto third =
+      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
+  ASSERT_TRUE(third.ok());
+  floors.Hold(held, "tally.deltas", &*third);
+  EXPECT_EQ(Row(third->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");
+
+  // So does a change of the partitions held, and a claim beyond a row's
+  // end (a recreated topic) is dropped.
+  floors.Hold(held, "tally.deltas", &*second);  // claims 4 again
+  held.erase(0);
+  auto fourth =
+      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
+  ASSERT_TRUE(fourth.ok());
+  floors.Hold(held, "tally.deltas", &*fourth);
+  EXPECT_EQ(Row(fourth->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=80");
+  WatermarkReport recreated = *fourth;
+  recreated.rows[0].applied_offset = 0;
+  recreated.rows[0].end_offset = 0;
+  recreated.rows[0].lag = 0;
+  floors.Hold(held, "tally.deltas", &recreated);
+  EXPECT_EQ(Row(recreated.rows[0]), "tally.events/0 applied=0 end=0 lag=0 ts=80");
+}
+
 TEST_F(BuildWatermarkReportTest, MismatchedPartitionCountsAreRejected) {
   deltas_.pop_back();
   auto r = BuildWatermarkReport({"tally.events"}, committed_, progress_, input_, "tally.deltas",
@@ -242,14 +293,23 @@ TEST_F(WatermarkSourceTest, ReportsLagUntilEverythingIsAppliedAndServesExactJson
       R"("lag":0})");
 
   // A delta routed but not applied: every input row without a mark in that
-  // deltas partition falls back to its low watermark.
+  // deltas partition falls back to its low watermark, for a source that
+  // claimed nothing before. This one claimed both rows whole, and nothing
+  // applied went back since: it keeps them.
   kafka_.Produce("tally.deltas", 3, 1);
-  r = source_->Compute();
+  auto fresh = NewSource();
+  ASSERT_NE(fresh, nullptr);
+  r = fresh->Compute();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=111");
   EXPECT_EQ(Row(r->rows[1]), "tally.events/1 applied=0 end=3 lag=3 ts=222");
   EXPECT_EQ(Row(r->rows[5]), "tally.deltas/3 applied=0 end=1 lag=1 ts=0");
   EXPECT_EQ(r->lag, 9);
+  r = source_->Compute();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=5 end=5 lag=0 ts=111");
+  EXPECT_EQ(Row(r->rows[1]), "tally.events/1 applied=3 end=3 lag=0 ts=222");
+  EXPECT_EQ(r->lag, 1);
 }
 
 TEST_F(WatermarkSourceTest, ReadsTheDeltasPositionsFromTheCommitMetadata) {
@@ -271,7 +331,9 @@ TEST_F(WatermarkSourceTest, ReadsTheDeltasPositionsFromTheCommitMetadata) {
 
   // Metadata tally did not write: the marks alone.
   kafka_.Commit("tally", {{{"tally.events", 0}, 5}}, {{{"tally.events", 0}, "checkpoint 7"}});
-  r = source_->Compute();
+  auto fresh = NewSource();
+  ASSERT_NE(fresh, nullptr);
+  r = fresh->Compute();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Row(r->rows[0]), "tally.events/0 applied=0 end=5 lag=5 ts=0");
 }

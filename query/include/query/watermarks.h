@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/kafka.h"
@@ -100,6 +101,29 @@ base::Result<WatermarkReport> BuildHeldWatermarkReport(
     const std::vector<std::vector<base::PartitionOffsets>>& input, const std::string& deltas_topic,
     const std::vector<base::PartitionOffsets>& deltas);
 
+// What earlier reports of one store claimed, so that an input row's
+// applied_offset never goes back while the state does not. The rules above
+// can lower a row without anything becoming invisible: a deltas partition
+// that stalls (a store fault, a full disk) while the router commits on
+// first lowers the row to the one unapplied message's first record, then,
+// once a second message waits, to the stream's older mark. Both claims are
+// true; the higher one stays true as long as no held partition goes back.
+// Thread model: externally synchronized (WatermarkSource's lock).
+class AppliedFloors {
+ public:
+  // Raises each input row of `report` (rows not of `deltas_topic`) to the
+  // highest applied offset this has seen for it, at most to its end
+  // offset, then records the rows. Forgets every row first when the held
+  // partitions changed or one of them went back (another state, another
+  // log), and a row whose end fell below it (a recreated topic).
+  void Hold(const std::map<uint32_t, store::Progress>& held, const std::string& deltas_topic,
+            WatermarkReport* report);
+
+ private:
+  std::map<uint32_t, int64_t> next_deltas_;  // per held partition, when last seen
+  std::map<std::pair<std::string, int32_t>, int64_t> floors_;
+};
+
 class WatermarkSource {
  public:
   // Creates the Kafka consumer handle used for committed offsets and
@@ -113,10 +137,10 @@ class WatermarkSource {
 
   // Reads the four sources in the order above and builds the report, over
   // the deltas partitions the store holds (every one in a single process:
-  // BuildHeldWatermarkReport). No
-  // caching: every call asks the broker. Unavailable (naming what failed)
-  // when the broker or the store cannot answer. Safe for concurrent use:
-  // calls are serialized.
+  // BuildHeldWatermarkReport), input rows held at what earlier calls
+  // claimed (AppliedFloors). No caching: every call asks the broker.
+  // Unavailable (naming what failed) when the broker or the store cannot
+  // answer. Safe for concurrent use: calls are serialized.
   base::Result<WatermarkReport> Compute();
 
   // The same, but every broker request waits at most until `deadline_ms`
@@ -136,6 +160,7 @@ class WatermarkSource {
   store::StateStore* store_;
   std::mutex mu_;
   base::KafkaHandle rk_;
+  AppliedFloors floors_;
 };
 
 }  // namespace tally::query
