@@ -1,6 +1,7 @@
 #include "write_health.h"
 
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 namespace tally::store {
@@ -84,15 +85,36 @@ void WriteHealth::OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo&
 
 DiskReserve::DiskReserve(std::string dir, uint64_t min_free_bytes,
                          std::function<uint64_t()> free_bytes)
-    : dir_(std::move(dir)), min_free_bytes_(min_free_bytes), free_bytes_(std::move(free_bytes)) {}
+    : dir_(std::move(dir)), min_free_bytes_(min_free_bytes), free_bytes_(std::move(free_bytes)) {
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) == 0) {
+    known_ = true;
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
+}
+
+base::Status DiskReserve::CheckSameDirectory() const {
+  if (!known_) return base::Status::Ok();
+  struct stat st;
+  const bool same = ::stat(dir_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  if (same) return base::Status::Ok();
+  return base::Status::FailedPrecondition(fmt::format(
+      "the state directory {} was removed or replaced since tally opened it: nothing more is "
+      "written there (reads are served from what was open); stop tally and start it on the "
+      "directory it should use",
+      dir_));
+}
 
 base::Status DiskReserve::Check() const {
+  TALLY_RETURN_IF_ERROR(CheckSameDirectory());
   if (min_free_bytes_ == 0) return base::Status::Ok();
   return CheckAtLeast(min_free_bytes_, "below the {} kept free (--min-free-mb)");
 }
 
 base::Status DiskReserve::CheckRoomAfterFull() const {
   if (min_free_bytes_ >= kRoomAfterFull) return Check();
+  TALLY_RETURN_IF_ERROR(CheckSameDirectory());
   return CheckAtLeast(kRoomAfterFull, "less than the {} it must have before writing again");
 }
 

@@ -88,6 +88,9 @@ class DiskReserve {
   // OK while at least the reserve is free (or the free space cannot be
   // read: then RocksDB's own errors say what is wrong); ResourceExhausted
   // naming the directory, the free space and the reserve otherwise.
+  // FailedPrecondition, first, when `dir` is no longer the directory it
+  // was at construction (removed, or replaced by another): the open
+  // databases would go on writing into files nobody can see any more.
   base::Status Check() const;
   // The same against max(reserve, kRoomAfterFull): what a database that
   // ran out of space waits for before it is written again (see
@@ -103,8 +106,14 @@ class DiskReserve {
 
  private:
   base::Status CheckAtLeast(uint64_t bytes, const char* what) const;
+  base::Status CheckSameDirectory() const;
 
   std::string dir_;
+  // The directory's identity at construction; known_ false if it could
+  // not be read (then it is not checked).
+  bool known_ = false;
+  uint64_t dev_ = 0;
+  uint64_t ino_ = 0;
   uint64_t min_free_bytes_;
   std::function<uint64_t()> free_bytes_;
 };
