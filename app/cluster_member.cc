@@ -2,10 +2,16 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/constant_time.h"
@@ -66,12 +72,41 @@ std::string RandomKey() {
   return key;
 }
 
+// This machine's boot and pid namespace, "<boot id>:<pid namespace>:",
+// which a pid is unique within; "" if either cannot be read.
+std::string ProcessPrefix() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  std::error_code ec;
+  const std::string ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+  if (boot_id.empty() || ec || ns.empty()) return {};
+  return boot_id + ":" + ns + ":";
+}
+
+// True only if `process` (MemberInfo::process) names a process of this
+// machine and pid namespace that no longer exists.
+bool ProcessGone(const std::string& process) {
+  const std::string prefix = ProcessPrefix();
+  if (prefix.empty() || process.size() <= prefix.size() || process.rfind(prefix, 0) != 0) {
+    return false;
+  }
+  const std::string pid_text = process.substr(prefix.size());
+  if (pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
 
 ClusterMember::ClusterMember(ClusterMemberOptions options)
     : options_(std::move(options)),
       member_(MemberIdOf(options_.advertise)),
-      peer_key_(RandomKey()) {}
+      peer_key_(RandomKey()),
+      process_(ProcessPrefix().empty() ? std::string()
+                                       : ProcessPrefix() + std::to_string(::getpid())) {}
 
 ClusterMember::~ClusterMember() = default;
 
@@ -90,11 +125,57 @@ base::Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(ClusterMemberO
   return m;
 }
 
+base::Status ClusterMember::RefuseIfLiveElsewhere() {
+  // Everything the directory held when it started, or what it has by then.
+  const int64_t deadline = base::SteadyMs() + kCatchUpWaitMs;
+  while (!directory_->CaughtUp() && base::SteadyMs() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto record = [this]() -> std::optional<cluster::MemberInfo> {
+    for (auto& m : directory_->Snapshot()) {
+      if (m.member == member_) return m;
+    }
+    return std::nullopt;
+  };
+  // Nothing has been published under this id yet, so a live record of it
+  // is another process's: a predecessor that was SIGKILLed (its record
+  // stands still until it expires) or a process running now with the same
+  // --advertise (it rewrites the record every heartbeat).
+  std::optional<cluster::MemberInfo> first = record();
+  if (!first) return base::Status::Ok();
+  if (ProcessGone(first->process)) {
+    TALLY_LOG_INFO("cluster",
+                   "member {}: the live record of this id in tally.members is a stopped "
+                   "process's ({}); taking over",
+                   member_, first->process);
+    return base::Status::Ok();
+  }
+  TALLY_LOG_INFO("cluster",
+                 "member {}: tally.members holds a live record of this id from another process; "
+                 "watching it for {} ms (a process that ended leaves it unchanged)",
+                 member_, kDuplicateWatchMs);
+  const int64_t until = base::SteadyMs() + kDuplicateWatchMs;
+  while (base::SteadyMs() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::optional<cluster::MemberInfo> now = record();
+    if (!now) return base::Status::Ok();  // it left, or expired
+    if (now->ts_ms != first->ts_ms || now->peer_key != first->peer_key) {
+      return base::Status::FailedPrecondition(fmt::format(
+          "member {}: another live process is already this member: it rewrote its record in "
+          "tally.members (reached at {}) while this one started; give this one its own "
+          "--advertise, or stop the other first",
+          member_, now->http));
+    }
+  }
+  return base::Status::Ok();
+}
+
 void ClusterMember::Publish(const cluster::MemberInfo& info) {
   cluster::MemberInfo copy = info;
   copy.member = member_;
   copy.http = options_.advertise;
   copy.peer_key = peer_key_;
+  copy.process = process_;
   {
     std::lock_guard<std::mutex> l(mu_);
     local_ = copy;
@@ -289,7 +370,9 @@ base::Result<std::unique_ptr<ClusterMember>> StartMember(
     aggregator::ApplierClusterOptions* applier) {
   if (!join) return std::unique_ptr<ClusterMember>();
   auto m = ClusterMember::Start(std::move(options));
-  if (m.ok()) *applier = ClusterApplierOptions(m->get(), static_cast<int>(standbys));
+  if (!m.ok()) return m;
+  TALLY_RETURN_IF_ERROR((*m)->RefuseIfLiveElsewhere());
+  *applier = ClusterApplierOptions(m->get(), static_cast<int>(standbys));
   return m;
 }
 

@@ -58,6 +58,17 @@ class ClusterMember : public query::ClusterRouting {
   static base::Result<std::unique_ptr<ClusterMember>> Start(ClusterMemberOptions options);
   ~ClusterMember() override;
 
+  // Before a member that publishes (`tally up`, `tally aggregate`) joins:
+  // FailedPrecondition, naming the address, if another process is live
+  // under this member id (the same --advertise) and rewrites its record
+  // in tally.members while this one watches it (up to kDuplicateWatchMs,
+  // a heartbeat and a half). A record that stands still is a predecessor
+  // that was killed; it is left to expire. Two processes under one id
+  // would overwrite each other's claims, and no partition would be served.
+  base::Status RefuseIfLiveElsewhere();
+  static constexpr int kDuplicateWatchMs = 3000;
+  static constexpr int kCatchUpWaitMs = 5000;
+
   // What this member's applier says it holds; published to the directory.
   void Publish(const cluster::MemberInfo& info);
   // Leaves the directory cleanly (a tombstone), after the applier stopped.
@@ -96,6 +107,7 @@ class ClusterMember : public query::ClusterRouting {
   const ClusterMemberOptions options_;
   const std::string member_;
   const std::string peer_key_;  // MemberInfo::peer_key: 128 random bits, hex
+  const std::string process_;   // MemberInfo::process: this process, "" if unknown
   std::unique_ptr<cluster::MembersDirectory> directory_;
   mutable std::mutex mu_;
   std::optional<cluster::MemberInfo> local_;  // guarded by mu_

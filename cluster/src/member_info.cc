@@ -109,6 +109,9 @@ base::Status Parse(const json& doc, MemberInfo* info) {
   if (doc.contains("peer_key")) {
     TALLY_RETURN_IF_ERROR(String(doc, "peer_key", kMaxPeerKeyBytes, &info->peer_key));
   }
+  if (doc.contains("process")) {
+    TALLY_RETURN_IF_ERROR(String(doc, "process", kMaxPeerKeyBytes, &info->process));
+  }
   return base::Status::Ok();
 }
 
@@ -132,6 +135,7 @@ std::string ToJson(const MemberInfo& info) {
   doc["generation"] = info.generation;
   doc["ts_ms"] = info.ts_ms;
   if (!info.peer_key.empty()) doc["peer_key"] = info.peer_key;
+  if (!info.process.empty()) doc["process"] = info.process;
   // A member id is the caller's bytes: replace invalid UTF-8 rather than throw.
   return doc.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }

@@ -53,6 +53,23 @@ TEST(MemberInfoTest, WritesAndReadsThePeerKeyOnlyWhenSet) {
                    .ok());
 }
 
+TEST(MemberInfoTest, WritesAndReadsTheWritingProcessOnlyWhenSet) {
+  MemberInfo m = Sample();
+  m.peer_key = "k";
+  m.process = "6f1c2f0e-0b7a-4c1e-9d55-0d6a1c0e8b11:4026531836:4242";
+  const std::string json = ToJson(m);
+  EXPECT_NE(json.find(R"(,"process":"6f1c2f0e-0b7a-4c1e-9d55-0d6a1c0e8b11:4026531836:4242"})"),
+            std::string::npos)
+      << json;
+  auto back = MemberInfoFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, m);
+  EXPECT_EQ(ToJson(Sample()).find("process"), std::string::npos);
+  EXPECT_FALSE(MemberInfoFromJson(R"({"member":"a","http":"","owns":[],"standby":[],)"
+                                  R"("restoring":[],"generation":1,"ts_ms":1,"process":[1]})")
+                   .ok());
+}
+
 TEST(MemberInfoTest, SortsPartitionsAndIgnoresUnknownFields) {
   auto m = MemberInfoFromJson(
       R"({"member":"a","http":"","owns":[3,1,3],"standby":[],"restoring":[],"generation":0,)"

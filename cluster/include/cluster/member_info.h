@@ -6,11 +6,11 @@
 //
 //   {"member":S,"http":S,"owns":[N],"standby":[N],
 //    "restoring":[{"partition":N,"offset":N,"end_offset":N}],
-//    "generation":N,"ts_ms":N,"peer_key":S}
+//    "generation":N,"ts_ms":N,"peer_key":S,"process":S}
 //
 // which is also the per-member shape of SPEC section 6's GET /v1/cluster
-// (that answer leaves out generation, ts_ms and peer_key; peer_key is left
-// out of the record too when empty). A null value (tombstone)
+// (that answer leaves out generation, ts_ms, peer_key and process; those
+// last two are left out of the record too when empty). A null value (tombstone)
 // is a clean leave. Anyone can write to the topic, so a record is hostile
 // input: MemberInfoFromJson() checks every field and never throws.
 //
@@ -54,6 +54,10 @@ struct MemberInfo {
   // know them from a client's (app/cluster_member.h). Empty: none (a writer
   // from before it). Only readers of tally.members learn it: never shown.
   std::string peer_key;
+  // Which process wrote it: "<boot id>:<pid namespace>:<pid>", so that a
+  // member restarting on the same machine knows a record its killed
+  // predecessor left (app/cluster_member.h). Empty: unknown.
+  std::string process;
   bool operator==(const MemberInfo&) const = default;
 };
 
@@ -62,8 +66,8 @@ std::string ToJson(const MemberInfo& info);
 
 // Parses and checks one record's value: a JSON object with every field of
 // the shape above and the right types (partitions and offsets >= 0, a
-// non-empty member id of at most 256 bytes; peer_key optional, a string of
-// at most 256 bytes); unknown fields are ignored (a newer writer may add
+// non-empty member id of at most 256 bytes; peer_key and process optional,
+// strings of at most 256 bytes); unknown fields are ignored (a newer writer may add
 // some). InvalidArgument naming what is wrong.
 base::Result<MemberInfo> MemberInfoFromJson(std::string_view json);
 
