@@ -277,7 +277,10 @@ std::optional<Response> QueryService::CheckHeaders(const Request& request, Match
   // A peer forwards a read here only for a partition this member says it
   // serves current (the directory): answered even while this member's own
   // start is not over (it restores other partitions, or waits for its group).
-  const bool asked_by_peer = options_.cluster != nullptr && !request.forwarded.empty();
+  // Only a member's, proven by its key: a client's own X-Tally-Forwarded
+  // gets the answer any client gets.
+  const bool asked_by_peer = options_.cluster != nullptr && !request.forwarded.empty() &&
+                             options_.cluster->FromMember(request.forwarded, request.authorization);
   if (route.needs_ready && options_.ready && !asked_by_peer && !options_.ready()) {
     return ProtocolError(503, "not ready: the state is still being opened or caught up");
   }

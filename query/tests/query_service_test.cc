@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "fixed_routing.h"
 #include "ingest/event_publisher.h"
 #include "mock_kafka.h"
 #include "query/watermarks.h"
@@ -73,6 +74,38 @@ class QueryServiceTest : public ::testing::Test {
   std::atomic<bool> ready_{true};
   std::unique_ptr<QueryService> service_;
 };
+
+// A member's forwarded read is answered while this member is not ready (it
+// serves the partition the directory says it does), but only a member's,
+// proven by its key: a client that sends X-Tally-Forwarded itself gets the
+// 503 any client gets.
+TEST_F(QueryServiceTest, OnlyAMembersForwardedReadSkipsTheReadinessCheck) {
+  class Routing : public testing::FixedRouting {
+   public:
+    using FixedRouting::FixedRouting;
+    bool FromMember(std::string_view forwarded, std::string_view authorization) const override {
+      return forwarded == "b" && authorization == "TallyMember k";
+    }
+  };
+  Routing routing("a");
+  for (uint32_t p = 0; p < testing::kTestPartitions; p++) routing.Set(p, "a");
+  QueryServiceOptions o;
+  o.store = store_.get();
+  o.cluster = &routing;
+  o.ready = [] { return false; };
+  QueryService service(std::move(o));
+  Request forged = Get("/v1/posts/7/counts");
+  forged.forwarded = "b";
+  EXPECT_EQ(service.Handle(forged).status, 503);
+  Request wrong_key = forged;
+  wrong_key.authorization = "TallyMember nope";
+  EXPECT_EQ(service.Handle(wrong_key).status, 503);
+  Request peer = forged;
+  peer.authorization = "TallyMember k";
+  Response r = service.Handle(peer);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"post_id":7,"like":3,"repost":2,"comment":1,"view":10})");
+}
 
 TEST_F(QueryServiceTest, PostCountsHaveTheContractShape) {
   EXPECT_EQ(Ok("/v1/posts/7/counts"), R"({"post_id":7,"like":3,"repost":2,"comment":1,"view":10})");
