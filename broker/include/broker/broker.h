@@ -59,11 +59,18 @@ struct BrokerOptions {
   // fetch long-polls, produce requests waiting for the flush).
   int max_pending_requests_per_connection = 128;
   // Topic defaults (Kafka's log.segment.bytes, log.index.interval.bytes,
-  // log.retention.ms, log.retention.bytes).
+  // log.retention.ms, log.retention.bytes, message.max.bytes).
   int64_t segment_bytes = 1LL << 30;
   int64_t index_interval_bytes = 4096;
   int64_t retention_ms = 7LL * 24 * 3600 * 1000;
   int64_t retention_bytes = -1;
+  // Kafka's message.max.bytes: the largest record batch a topic without its
+  // own max.message.bytes takes.
+  int32_t max_message_bytes = 1048588;
+  // Kafka's group.initial.rebalance.delay.ms: how long the first join of an
+  // empty group waits for more members. Kafka's default is 3000; 0 here (on
+  // one node it only delays every consumer's start).
+  int32_t group_initial_rebalance_delay_ms = 0;
   // How often retention and compaction run (on the network thread).
   int64_t maintenance_interval_ms = 30000;
 };

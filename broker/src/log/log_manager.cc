@@ -92,6 +92,12 @@ Result<std::unique_ptr<LogManager>> LogManager::Open(const LogManagerOptions& op
   TALLY_RETURN_IF_ERROR(m->Lock());
   TALLY_RETURN_IF_ERROR(m->LoadOrCreateMeta());
   TALLY_RETURN_IF_ERROR(m->LoadTopics());
+  if (!m->topics_.empty()) {
+    size_t partitions = 0;
+    for (const auto& [name, topic] : m->topics_) partitions += topic.partitions.size();
+    TALLY_LOG_INFO("log", "opened {}: cluster id {}, {} topic(s), {} partition(s)",
+                   options.log_dir.string(), m->cluster_id_, m->topics_.size(), partitions);
+  }
   m->RefreshFlushList();
   if (options.log_flush_ms > 0) m->flusher_ = std::thread([p = m.get()] { p->FlusherLoop(); });
   return m;

@@ -140,8 +140,8 @@ Status PartitionLog::Recover(int64_t now_ms) {
                    Name(), act.log_path().string(), recovery.valid_bytes, leo,
                    recovery.truncated_bytes, recovery.reason);
   } else {
-    TALLY_LOG_INFO("log", "partition {}: opened {} segment(s), offsets [{}, {})", Name(),
-                   segments_.size(), start, leo);
+    TALLY_LOG_DEBUG("log", "partition {}: opened {} segment(s), offsets [{}, {})", Name(),
+                    segments_.size(), start, leo);
   }
   return Status::Ok();
 }

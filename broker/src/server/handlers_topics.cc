@@ -37,10 +37,7 @@ ErrorCode BrokerServer::CreateTopicChecked(const std::string& name, int32_t part
     *message = "Number of partitions must be larger than 0.";
     return ErrorCode::kInvalidPartitions;
   }
-  TopicConfig defaults;
-  defaults.segment_bytes = options_.segment_bytes;
-  defaults.retention_ms = options_.retention_ms;
-  defaults.retention_bytes = options_.retention_bytes;
+  const TopicConfig defaults = DefaultTopicConfig();
   auto config = ParseTopicConfig(configs, defaults);
   if (!config.ok()) {
     *message = config.status().message();
@@ -112,6 +109,15 @@ ResponseBody BrokerServer::HandleMetadata(const MetadataRequest& r, int16_t vers
   return resp;
 }
 
+TopicConfig BrokerServer::DefaultTopicConfig() const {
+  TopicConfig c;
+  c.segment_bytes = options_.segment_bytes;
+  c.retention_ms = options_.retention_ms;
+  c.retention_bytes = options_.retention_bytes;
+  c.max_message_bytes = options_.max_message_bytes;
+  return c;
+}
+
 ResponseBody BrokerServer::HandleCreateTopics(const CreateTopicsRequest& r, int16_t version) {
   CreateTopicsResponse resp;
   std::map<std::string, int> count;
@@ -174,10 +180,7 @@ ResponseBody BrokerServer::HandleDeleteTopics(const DeleteTopicsRequest& r) {
 
 ResponseBody BrokerServer::HandleDescribeConfigs(const DescribeConfigsRequest& r, int16_t version) {
   DescribeConfigsResponse resp;
-  TopicConfig defaults;
-  defaults.segment_bytes = options_.segment_bytes;
-  defaults.retention_ms = options_.retention_ms;
-  defaults.retention_bytes = options_.retention_bytes;
+  const TopicConfig defaults = DefaultTopicConfig();
   const std::map<std::string, std::string> default_props = ToProperties(defaults);
   for (const auto& res : r.resources) {
     auto& rr = resp.results.emplace_back();
@@ -214,7 +217,7 @@ ResponseBody BrokerServer::HandleDescribeConfigs(const DescribeConfigsRequest& r
           {"log.segment.bytes", std::to_string(options_.segment_bytes)},
           {"log.retention.ms", std::to_string(options_.retention_ms)},
           {"log.retention.bytes", std::to_string(options_.retention_bytes)},
-          {"message.max.bytes", std::to_string(TopicConfig().max_message_bytes)},
+          {"message.max.bytes", std::to_string(options_.max_message_bytes)},
           {"socket.request.max.bytes", std::to_string(options_.max_frame_bytes)},
       };
       for (const auto& [k, v] : props) {
@@ -248,10 +251,7 @@ ResponseBody BrokerServer::HandleDescribeConfigs(const DescribeConfigsRequest& r
 
 ResponseBody BrokerServer::HandleAlterConfigs(const AlterConfigsRequest& r) {
   AlterConfigsResponse resp;
-  TopicConfig defaults;
-  defaults.segment_bytes = options_.segment_bytes;
-  defaults.retention_ms = options_.retention_ms;
-  defaults.retention_bytes = options_.retention_bytes;
+  const TopicConfig defaults = DefaultTopicConfig();
   for (const auto& res : r.resources) {
     auto& rr = resp.responses.emplace_back();
     rr.resource_type = res.resource_type;

@@ -122,9 +122,7 @@ base::Status BrokerServer::Open() {
   lo.node_id = options_.node_id;
   lo.log_flush_ms = options_.log_flush_ms;
   lo.index_interval_bytes = options_.index_interval_bytes;
-  lo.default_topic_config.segment_bytes = options_.segment_bytes;
-  lo.default_topic_config.retention_ms = options_.retention_ms;
-  lo.default_topic_config.retention_bytes = options_.retention_bytes;
+  lo.default_topic_config = DefaultTopicConfig();
   const int wake = wake_fd_;
   lo.on_flushed = [this, wake] {
     // On the log's flusher thread, right after the round it reports.
@@ -146,6 +144,7 @@ base::Status BrokerServer::Open() {
   if (!store.ok()) return store.status();
   offsets_ = std::move(*store);
   GroupCoordinatorOptions go;
+  go.initial_rebalance_delay_ms = options_.group_initial_rebalance_delay_ms;
   go.partition_exists = [this](const std::string& topic, int32_t partition) {
     return logs_->GetPartition(topic, partition) != nullptr;
   };

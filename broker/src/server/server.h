@@ -148,6 +148,8 @@ class BrokerServer {
   bool BuildFetch(const FetchRequest& r, bool final, FetchResponse* out);
   ResponseBody HandleListOffsets(const ListOffsetsRequest& r, int16_t version);
   ResponseBody HandleCreateTopics(const CreateTopicsRequest& r, int16_t version);
+  // The config of a topic created without one: the broker's log.* settings.
+  TopicConfig DefaultTopicConfig() const;
   ResponseBody HandleDeleteTopics(const DeleteTopicsRequest& r);
   ResponseBody HandleDeleteRecords(const DeleteRecordsRequest& r);
   ResponseBody HandleInitProducerId(const InitProducerIdRequest& r);
