@@ -206,13 +206,7 @@ base::Result<std::unique_ptr<DeltasOwnership>> DeltasOwnership::Start(OwnershipO
   cs.client_id = rep->options.client_id;
   cs.store_offsets = false;
   cs.short_fetch_wait = true;
-  cs.extra = {
-      {"partition.assignment.strategy", "cooperative-sticky"},
-      // For a real cluster; the embedded broker's 6000/500 and the user's
-      // --kafka settings win (base::MakeKafkaConf).
-      {"session.timeout.ms", "10000"},
-      {"heartbeat.interval.ms", "3000"},
-  };
+  cs.extra = {{"partition.assignment.strategy", "cooperative-sticky"}};
   if (!rep->options.instance_id.empty()) cs.extra["group.instance.id"] = rep->options.instance_id;
   cs.rebalance_cb = &Rep::OnRebalance;
   cs.opaque = rep.get();

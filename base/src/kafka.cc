@@ -127,12 +127,16 @@ Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& option
   // for the peer's delayed ACK, tens of milliseconds. Batching is done by
   // linger.ms, not by TCP.
   TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "socket.nagle.disable", "true"));
-  for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
-  if (options.embedded && type == RD_KAFKA_CONSUMER) {
-    // The mock cluster completes a rebalance only after session.timeout.ms - 1000.
+  if (type == RD_KAFKA_CONSUMER) {
+    // A member that died (a SIGKILL, a lost machine) holds its partitions
+    // until its session times out: librdkafka's 45 s would stall a crashed
+    // router's input that long. 6 s is Kafka's smallest allowed session
+    // (group.min.session.timeout.ms); a heartbeat every 500 ms tells the
+    // others of a rebalance within half a second.
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "session.timeout.ms", "6000"));
     TALLY_RETURN_IF_ERROR(SetConf(conf.get(), "heartbeat.interval.ms", "500"));
   }
+  for (const auto& [k, v] : defaults) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
   for (const auto& [k, v] : options.overrides) TALLY_RETURN_IF_ERROR(SetConf(conf.get(), k, v));
   return conf;
 }

@@ -47,16 +47,12 @@
 //
 // Settings. Consumer made with base::MakeConsumer (no commits, no offset
 // store, short fetch wait) plus:
-//   - session.timeout.ms=10000, heartbeat.interval.ms=3000 for a real
-//     cluster: a killed member's partitions move after ~10 s (Kafka's
-//     group.min.session.timeout.ms is 6000). For the embedded broker
-//     base::MakeKafkaConf makes them 6000/500. Its coordinator (the
-//     librdkafka 2.0.2 mock) holds every JoinGroup of a rebalance for
-//     session.timeout.ms - 1000 (5 s), 3 s for the first member of an
-//     empty group, and a cooperative rebalance that moves partitions takes
-//     two such rounds (the revocation, then the assignment). Measured
-//     there: first member 3 s, a join 10 s, a clean leave 5 s, a SIGKILL
-//     11 s (the session timeout, then one round).
+//   - session.timeout.ms=6000, heartbeat.interval.ms=500 (every tally
+//     consumer, base::MakeKafkaConf): a killed member's partitions move
+//     after ~6 s (Kafka's group.min.session.timeout.ms), and the others
+//     hear of a rebalance within half a second. A cooperative rebalance
+//     that moves partitions takes two rounds (the revocation, then the
+//     assignment).
 //   - max.poll.interval.ms: librdkafka's 300000. A member whose thread is
 //     stuck longer (e.g. a window that the store refuses to write) loses
 //     its partitions (Lost) rather than holding them unapplied for ever.
@@ -65,11 +61,7 @@
 //     session.timeout.ms with the same id gets its partitions back without
 //     a rebalance: it restarts with its old state and no other member
 //     moves. Its close sends no LeaveGroup, so its partitions move only
-//     after session.timeout.ms (also on the embedded broker: 5 s with a
-//     3 s session against 2 s for a dynamic member's close). The 2.0.2 mock
-//     does not implement the rest: a restarted static member joins as a
-//     new member and partitions move between the others, so the benefit
-//     cannot be shown here. Off by default; each member's id must be
+//     after session.timeout.ms. Off by default; each member's id must be
 //     unique and stable (e.g. derived from its --state-dir).
 //
 // Thread model: Poll(), Close() and Abandon() and the listener's callbacks

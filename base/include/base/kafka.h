@@ -70,10 +70,9 @@ struct KafkaOptions {
 Status ParseKafkaOverride(std::string_view text, std::pair<std::string, std::string>* out);
 
 // Builds a librdkafka configuration for a client of `type`:
-// bootstrap.servers, then `defaults`, then for a consumer of the embedded
-// broker session.timeout.ms=6000 and heartbeat.interval.ms=500, then the
-// user's overrides. librdkafka's log lines go to tally's log and its error
-// callback to KafkaHealth (a client may replace it, and should forward
+// bootstrap.servers, for a consumer session.timeout.ms=6000 and
+// heartbeat.interval.ms=500, then `defaults`, then the user's overrides. librdkafka's log lines go
+// to tally's log and its error callback to KafkaHealth (a client may replace it, and should forward
 // connectivity errors there); reconnect.backoff.max.ms is 1000. InvalidArgument
 // naming the key when librdkafka rejects one. Caller owns the result.
 Result<KafkaConf> MakeKafkaConf(rd_kafka_type_t type, const KafkaOptions& options,
