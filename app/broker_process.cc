@@ -29,7 +29,7 @@ namespace {
 
 constexpr std::string_view kComponent = "broker";
 std::string RecordPath(const std::string& state_dir) {
-  return (std::filesystem::path(state_dir) / BrokerRecordFiles()[0]).string();
+  return (std::filesystem::path(state_dir) / BrokerSideFiles()[0]).string();
 }
 
 // The process's arguments, NUL-separated in /proc; empty if it is gone.
@@ -76,9 +76,9 @@ base::Status WriteBrokerRecord(const std::string& state_dir, const BrokerRecord&
   std::filesystem::create_directories(state_dir, ec);
   if (ec) return base::Status::IOError(fmt::format("creating {}: {}", state_dir, ec.message()));
   nlohmann::json j = {
-      {"pid", record.pid}, {"bootstrap", record.bootstrap}, {"incarnation", record.incarnation}};
+      {"pid", record.pid}, {"bootstrap", record.bootstrap}, {"cluster_id", record.cluster_id}};
   const std::string path = RecordPath(state_dir);
-  const std::string tmp = (std::filesystem::path(state_dir) / BrokerRecordFiles()[1]).string();
+  const std::string tmp = (std::filesystem::path(state_dir) / BrokerSideFiles()[1]).string();
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << j.dump() << "\n";
@@ -103,7 +103,7 @@ base::Result<BrokerRecord> ReadBrokerRecord(const std::string& state_dir) {
     BrokerRecord r;
     r.pid = j.at("pid").get<pid_t>();
     r.bootstrap = j.at("bootstrap").get<std::string>();
-    r.incarnation = j.at("incarnation").get<std::string>();
+    r.cluster_id = j.value("cluster_id", std::string());
     return r;
   } catch (const nlohmann::json::exception& e) {
     return base::Status::Corruption(fmt::format("{}: {}", path, e.what()));

@@ -31,17 +31,18 @@ namespace tally::app {
 
 // The contents of `STATE_DIR/BROKER`: which process serves the embedded
 // broker of that state directory, and where. One JSON object:
-// {"pid":N,"bootstrap":"127.0.0.1:9092","incarnation":"<32 hex>"}.
+// {"pid":N,"bootstrap":"127.0.0.1:9092","cluster_id":"<its log's cluster id>"}.
 struct BrokerRecord {
   pid_t pid = 0;
   std::string bootstrap;
-  std::string incarnation;
+  std::string cluster_id;  // empty in a record of an older broker
 };
 
-// The names of the files the record takes in a state directory (the record
-// and its temporary), for store::StoreOptions::side_files.
-inline const std::vector<std::string>& BrokerRecordFiles() {
-  static const std::vector<std::string> files = {"BROKER", "BROKER.tmp"};
+// What the broker of a state directory keeps there beside the state: its
+// record, the record's temporary and its log directory (`tally broker
+// --state-dir DIR` logs to DIR/log), for store::StoreOptions::side_files.
+inline const std::vector<std::string>& BrokerSideFiles() {
+  static const std::vector<std::string> files = {"BROKER", "BROKER.tmp", "log"};
   return files;
 }
 

@@ -404,7 +404,7 @@ base::Result<std::unique_ptr<store::StateStore>> OpenState(
   }
   o.read_only = read_only;
   o.open_partitions = std::move(open_partitions);
-  o.side_files = BrokerRecordFiles();
+  o.side_files = BrokerSideFiles();
   o.read_cache_bytes =
       read_only ? 0 : static_cast<uint64_t>(std::max<int64_t>(f.read_cache_mb, 0)) << 20;
   o.sync_writes = f.sync;

@@ -146,6 +146,10 @@ int RunUp(int argc, char** argv) {
     broker = std::move(b).value();
     po.kafka.brokers = broker->bootstrap();
     f.brokers = broker->bootstrap();
+    // Its own broker's log lives in the state directory: a new one (the log
+    // removed, a state copied without it) is read from its start with the
+    // counts kept (SPEC section 2), as --reset-offsets does elsewhere.
+    f.reset_offsets = true;
   }
   // A broker started here and given nothing yet stops again if tally up
   // cannot start; one found running may hold records and is left as it is.
@@ -261,9 +265,9 @@ int RunUp(int argc, char** argv) {
     if (broker_lost) {
       stage_failed.store(true);  // for /healthz, until the stages run again
       TALLY_LOG_ERROR("up",
-                      "the embedded broker (pid {}) {}: what it had acknowledged and tally had not "
-                      "applied yet is lost; starting a new one on {}",
-                      broker->pid(), broker->exit_description(), broker->bootstrap());
+                      "the embedded broker (pid {}) {}: starting it again on {} with its log in "
+                      "{}/log",
+                      broker->pid(), broker->exit_description(), broker->bootstrap(), bo.state_dir);
       bo.port = std::stoi(broker->bootstrap().substr(broker->bootstrap().rfind(':') + 1));
       auto b = BrokerProcess::FindOrStart(bo);
       if (!b.ok()) {

@@ -11,6 +11,17 @@ namespace tally::aggregator {
 
 using base::Status;
 
+namespace {
+
+// A state recorded from librdkafka's mock cluster, which `tally up` ran as
+// its broker before tally had its own: that log lived in memory and is
+// gone, so nothing of it can be read twice.
+bool FromTheOldEmbeddedBroker(const std::string& recorded) {
+  return recorded.rfind("mockCluster", 0) == 0;
+}
+
+}  // namespace
+
 Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster, bool reset_offsets) {
   const std::string now = cluster.ToString();
   const std::string before = store->recorded_cluster();
@@ -31,12 +42,20 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
     if (!fresh) TALLY_RETURN_IF_ERROR(store->ResetProgress());
     return store->RecordCluster(now);
   }
-  if (cluster.embedded) {
+  if (FromTheOldEmbeddedBroker(before) && !cluster.embedded) {
+    TALLY_LOG_WARN("cluster",
+                   "state in {} was built on the in-memory broker of an older tally ({}), "
+                   "whose log is gone; now on {}: keeping the counts and reading its logs from "
+                   "their start",
+                   store->dir(), before, now);
+  } else if (cluster.embedded) {
     TALLY_LOG_WARN("cluster", "state in {} was built from cluster {}, this is a new embedded broker log ({}): "
                    "keeping the counts and reading the new log from its start",
                    store->dir(), before, now);
   } else if (reset_offsets) {
-    TALLY_LOG_WARN("cluster", "state in {} was built from cluster {}, now attached to {} (--reset-offsets): "
+    TALLY_LOG_WARN("cluster",
+                   "state in {} was built from cluster {}, now attached to {} (--reset-offsets, or "
+                   "tally up's own broker): "
                    "keeping the counts and reading its logs from their start",
                    store->dir(), before, now);
   } else {
@@ -53,7 +72,7 @@ bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& clu
                         bool reset_offsets) {
   if (cluster.embedded || reset_offsets) return true;
   auto recorded = store::StateStore::PeekRecordedCluster(dir);
-  if (recorded.ok()) return *recorded == cluster.ToString();
+  if (recorded.ok()) return *recorded == cluster.ToString() || FromTheOldEmbeddedBroker(*recorded);
   if (recorded.status().code() != base::StatusCode::kNotFound) return false;
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec)) return !ec;

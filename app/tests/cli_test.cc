@@ -14,6 +14,7 @@
 #include "base/kafka.h"
 #include "testing/child_process.h"
 #include "testing/free_port.h"
+#include "testing/temp_dir.h"
 #include "testing/wait_for.h"
 
 namespace {
@@ -51,10 +52,10 @@ RunResult Tally(const std::string& args, const std::string& stdin_path = "/dev/n
 }
 
 // `tally broker` on `port`, its stdout on a pipe for the bootstrap line.
-ChildOptions BrokerOptions(int port) {
+ChildOptions BrokerOptions(int port, const std::string& log_dir) {
   ChildOptions o;
-  o.argv = {TALLY_BINARY,   "broker", "--port",      std::to_string(port),
-            "--partitions", "4",      "--log-level", "warn"};
+  o.argv = {TALLY_BINARY, "broker",      "--port", std::to_string(port), "--partitions",
+            "4",          "--log-level", "warn",   "--log-dir",          log_dir};
   o.stdout_pipe = true;
   return o;
 }
@@ -117,14 +118,20 @@ TEST(CliTest, VisibleTimeoutIsAFlagOfBothHttpCommandsAndBelowTheRequestTimeout) 
 TEST(CliTest, BrokerThenProduceLinesAndGeneratedEvents) {
   const int port = FreePort();
   const std::string brokers = "127.0.0.1:" + std::to_string(port);
+  tally::testing::TempDir dir("cli");
   ChildProcess broker;
-  ASSERT_TRUE(broker.Start(BrokerOptions(port)).ok());
+  ASSERT_TRUE(broker.Start(BrokerOptions(port, (dir.path() / "log").string())).ok());
   ASSERT_EQ(broker.ReadLine(20000), "bootstrap: " + brokers);
 
-  // A second broker on the same port fails plainly.
-  RunResult taken = Tally("broker --port " + std::to_string(port));
+  // A second broker on the same port fails plainly, and one on the same
+  // log directory too.
+  RunResult taken = Tally("broker --port " + std::to_string(port) + " --log-dir " +
+                          (dir.path() / "log2").string());
   EXPECT_EQ(taken.exit_code, 1);
   EXPECT_NE(taken.err.find("already in use"), std::string::npos) << taken.err;
+  RunResult locked = Tally("broker --port 0 --log-dir " + (dir.path() / "log").string());
+  EXPECT_EQ(locked.exit_code, 1);
+  EXPECT_NE(locked.err.find((dir.path() / "log").string()), std::string::npos) << locked.err;
 
   // Lines mode: 3 valid, 2 invalid, blank lines ignored.
   std::string input = ::testing::TempDir() + "/tally_cli_lines." + std::to_string(::getpid()) + ".jsonl";

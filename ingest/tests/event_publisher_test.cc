@@ -1,5 +1,5 @@
 // Unit tests of EventPublisher that need no broker. Its behaviour against a
-// broker is covered by app/tests/embedded_broker_test.cc (integration).
+// broker is covered by event_publisher_broker_test.cc (integration).
 #include "ingest/event_publisher.h"
 
 #include <gtest/gtest.h>
