@@ -4,14 +4,17 @@
 #include <signal.h>
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "base/flags.h"
 #include "base/kafka_consumer.h"
 #include "base/log.h"
 #include "broker/broker.h"
+#include "testing/embedded_cluster.h"
 
 namespace tally::bench {
 
@@ -65,24 +68,30 @@ Result<std::unique_ptr<ChildBroker>> StartChildBroker(const BrokerBenchOptions& 
   b->flush_ms = mock ? -1 : flush_ms;
   const int port = FreePort();
   const std::string name = fmt::format("{}/broker{}-{}", o.dir, n, b->label);
-  std::vector<std::string> argv;
-  if (mock) {
-    argv = {o.tally,        "broker",
-            "--port",       std::to_string(port),
-            "--partitions", std::to_string(o.partitions),
-            "--log-level",  "warn"};
-  } else {
-    argv = {o.self,           "--broker-child",
-            "--log-dir",      name,
-            "--port",         std::to_string(port),
-            "--log-flush-ms", std::to_string(flush_ms),
-            "--partitions",   std::to_string(o.partitions)};
+  std::vector<std::string> argv = {o.self,           "--broker-child",
+                                   "--log-dir",      name,
+                                   "--port",         std::to_string(port),
+                                   "--log-flush-ms", std::to_string(flush_ms),
+                                   "--partitions",   std::to_string(o.partitions)};
+  if (mock) argv.push_back("--mock");
+  TALLY_RETURN_IF_ERROR(b->proc.Start(argv, name + ".log", name + ".out"));
+  // The child prints its bootstrap address once it serves (the mock picks
+  // its own port).
+  std::string bootstrap;
+  for (int i = 0; i < 1500 && bootstrap.empty(); i++) {
+    std::ifstream in(name + ".out");
+    std::string line;
+    // A whole line: the child may be writing it.
+    if (std::getline(in, line) && !in.eof() && line.rfind("bootstrap: ", 0) == 0) {
+      bootstrap = line.substr(11);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
-  TALLY_RETURN_IF_ERROR(b->proc.Start(argv, name + ".log"));
-  if (!WaitForPort(port, 15)) {
+  if (bootstrap.empty()) {
     return Status::Unavailable(fmt::format("{} broker did not start; see {}.log", b->label, name));
   }
-  b->kafka.brokers = fmt::format("127.0.0.1:{}", port);
+  b->kafka.brokers = bootstrap;
   b->kafka.embedded = mock;
   return b;
 }
@@ -183,6 +192,10 @@ int RunBrokerChild(int argc, char** argv) {
   flags.Int("port", &port, "TCP port on 127.0.0.1 (0: any)");
   flags.Int("log-flush-ms", &flush_ms, "group commit interval (0: no fdatasync)");
   flags.Int("partitions", &partitions, "partitions of tally.events, created at start");
+  bool mock = false;
+  flags.Bool("mock", &mock,
+             "run librdkafka's mock cluster instead (in memory, on a port of its own): the "
+             "baseline, what tally's one-machine broker was before");
   bool help = false;
   if (auto st = flags.Parse(argc, argv, &help); !st.ok() || help || log_dir.empty()) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(),
@@ -197,6 +210,20 @@ int RunBrokerChild(int argc, char** argv) {
   // Blocked before the broker's threads start, so they inherit the mask
   // and sigwait below receives the signal.
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (mock) {
+    testing::EmbeddedCluster cluster(1);
+    Status created =
+        cluster.CreateTopic(std::string(kBrokerBenchTopic), static_cast<int>(partitions));
+    if (!created.ok()) {
+      std::fprintf(stderr, "mock: %s\n", created.ToString().c_str());
+      return 1;
+    }
+    std::printf("bootstrap: %s\n", cluster.bootstrap().c_str());
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    return 0;
+  }
   broker::BrokerOptions o;
   o.log_dir = log_dir;
   o.port = static_cast<int>(port);

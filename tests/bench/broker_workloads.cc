@@ -39,7 +39,8 @@ void AddBrokerFlags(base::FlagSet* flags, BrokerBenchOptions* o) {
   flags->Int("broker-flush-ms", &o->flush_ms,
              "tally's broker: --log-flush-ms (broker_produce adds a row with 0)");
   flags->Bool("broker-mock", &o->mock,
-              "run each broker workload against the mock (`tally broker`) too, as the baseline");
+              "run each broker workload against librdkafka's mock cluster too (`--broker-child "
+              "--mock`), as the baseline");
 }
 
 Status RunBrokerWorkloads(const BrokerBenchOptions& o, const std::set<std::string>& selected,

@@ -63,10 +63,10 @@ Status Cluster::Start() {
   std::filesystem::create_directories(dir_);
   int port = FreePort();
   brokers_ = fmt::format("127.0.0.1:{}", port);
-  TALLY_RETURN_IF_ERROR(
-      broker_.Start({o_.tally, "broker", "--port", std::to_string(port), "--partitions",
-                     std::to_string(partitions_), "--log-level", "warn"},
-                    Path("broker.log")));
+  TALLY_RETURN_IF_ERROR(broker_.Start(
+      {o_.tally, "broker", "--port", std::to_string(port), "--partitions",
+       std::to_string(partitions_), "--log-level", "warn", "--log-dir", Path("broker-data")},
+      Path("broker.log")));
   if (!WaitForPort(port, 15))
     return Status::Unavailable("tally broker did not start; see " + Path("broker.log"));
   cluster::MembersDirectoryOptions d;

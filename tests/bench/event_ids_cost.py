@@ -47,7 +47,8 @@ def dir_bytes(path):
 
 def one_run(tally, events, ids, work):
     port, http = tallyctl.free_port(), tallyctl.free_port()
-    broker = subprocess.Popen([tally, "broker", "--port", str(port), "--partitions", "16"],
+    broker = subprocess.Popen([tally, "broker", "--port", str(port), "--partitions", "16",
+                               "--log-dir", os.path.join(work, "broker-data")],
                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "broker.log"), "w"))
     try:
         time.sleep(0.5)

@@ -154,9 +154,11 @@ Status Bench::StartBroker() {
   watermark_client_.reset();
   broker_port_ = FreePort();
   brokers_ = fmt::format("127.0.0.1:{}", broker_port_);
-  TALLY_RETURN_IF_ERROR(broker_.Start(TallyArgs({"broker", "--port", std::to_string(broker_port_), "--partitions",
-                                                 std::to_string(f_.partitions), "--log-level", "warn"}),
-                                      Path("broker.log")));
+  TALLY_RETURN_IF_ERROR(
+      broker_.Start(TallyArgs({"broker", "--port", std::to_string(broker_port_), "--partitions",
+                               std::to_string(f_.partitions), "--log-level", "warn", "--log-dir",
+                               Path("broker-data")}),
+                    Path("broker.log")));
   if (!WaitForPort(broker_port_, 15)) return Status::Unavailable("tally broker did not start; see " + Path("broker.log"));
   return Status::Ok();
 }

@@ -2,8 +2,10 @@
 """End to end: records that retention removed before tally read them are
 never skipped silently (SPEC section 4, Faults).
 
-`tally broker` keeps only the newest ~5 MiB of each partition (librdkafka's
-mock cluster), so a stopped tally can fall out of its log:
+`tally broker` runs here with 1 MiB segments and keeps 4 MiB a partition
+(--segment-bytes, --retention-bytes, as Kafka's log.segment.bytes and
+log.retention.bytes), checked every 200 ms, so a stopped tally can fall out
+of its log:
 
 1. Input: `tally up` counts a few likes and stops cleanly; then 12 MiB of
    views (incompressible padding in an unknown field) go into the one input
@@ -45,6 +47,25 @@ def log_start(h, brokers, topic):
     return int(out[0]) if out else None
 
 
+def settled_log_start(h, brokers, topic, above):
+    """The log start of `topic` partition 0 once retention moved it past
+    `above` and it stays put over two retention checks."""
+    last = [None]
+
+    def settled():
+        now = log_start(h, brokers, topic)
+        moved = now is not None and now > above and now == last[0]
+        last[0] = now
+        return now if moved else None
+
+    try:
+        return tallyctl.wait_until("retention to move %s/0 past offset %d" % (topic, above), settled, 30,
+                                   interval=0.5)
+    except tallyctl.TestFailure:
+        raise tallyctl.TestFailure("retention did not move %s/0 past offset %d (log start %s)" % (
+            topic, above, last[0])) from None
+
+
 def likes(n, post, first_user, ts):
     return [(str(post), json.dumps({"type": "like", "ts": ts + i, "post_id": post, "user_id": first_user + i}))
             for i in range(n)]
@@ -58,7 +79,8 @@ def lines_matching(path, pattern):
 def main():
     args = tallyctl.parse_args(__doc__)
     with tallyctl.Harness(args, "e2e_retention", default_seed=5) as h:
-        _, brokers = h.start_broker(partitions=1)
+        _, brokers = h.start_broker(partitions=1, extra=[
+            "--segment-bytes", 1 << 20, "--retention-bytes", 4 << 20, "--retention-check-ms", 200])
         state, http_port = h.path("state"), tallyctl.free_port()
 
         # 1. The input log moves past tally's committed offset while it is stopped.
@@ -73,10 +95,8 @@ def main():
                                      "pad": h.rng.randbytes(PAD // 2).hex()})) for i in range(n_views)]
         tallyctl.publish(h.kcat, brokers, filler)
         end = 10 + n_views
-        low = log_start(h, brokers, tallyctl.EVENTS_TOPIC)
+        low = settled_log_start(h, brokers, tallyctl.EVENTS_TOPIC, 10)
         log("tally.events/0 now holds offsets %s..%d" % (low, end - 1))
-        if low is None or low <= 10:
-            raise tallyctl.TestFailure("retention did not move tally.events/0 past offset 10 (log start %s)" % low)
 
         up, client = h.start_up(brokers, state, http_port, partitions=1, log_name="up2.log")
         tallyctl.wait_lag_zero(client, timeout=60, proc=up, min_input_end=end)
@@ -99,18 +119,16 @@ def main():
         deltas_end = [p["end_offset"] for p in deltas_end["partitions"] if p["topic"] == tallyctl.DELTAS_TOPIC][0]
         rc, clean = up.stop(grace=30)
         h.check(clean and rc == 0, "second tally up on SIGTERM: exit %s" % rc)
-        junk = h.rng.randbytes(1 << 20).hex()  # 2 MiB a record, none decodes as deltas
+        # Just under 1 MiB a record (Kafka's message.max.bytes); none decodes as deltas.
+        junk = h.rng.randbytes((1 << 19) - 1024).hex()
         res = subprocess.run([h.kcat, "-P", "-b", brokers, "-t", tallyctl.DELTAS_TOPIC, "-p", "0",
-                              "-X", "message.max.bytes=10000000", "-q"],
-                             input=("\n".join([junk] * 4) + "\n").encode(), stdout=subprocess.PIPE,
+                              "-X", "message.max.bytes=2000000", "-q"],
+                             input=("\n".join([junk] * 7) + "\n").encode(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, timeout=60)
         if res.returncode != 0:
             raise tallyctl.TestFailure("kcat -P to tally.deltas: %s" % res.stderr.decode(errors="replace"))
-        dlow = log_start(h, brokers, tallyctl.DELTAS_TOPIC)
+        dlow = settled_log_start(h, brokers, tallyctl.DELTAS_TOPIC, deltas_end)
         log("tally.deltas/0 now starts at %s; the state goes on from %d" % (dlow, deltas_end))
-        if dlow is None or dlow <= deltas_end:
-            raise tallyctl.TestFailure("retention did not move tally.deltas/0 past offset %d (log start %s)"
-                                       % (deltas_end, dlow))
         tallyctl.publish(h.kcat, brokers, likes(5, 2, 100, TS0 + 10**6))
 
         up, client = h.start_up(brokers, state, http_port, partitions=1, log_name="up3.log")
@@ -141,11 +159,8 @@ def main():
                                      "pad": h.rng.randbytes(PAD // 2).hex()})) for i in range(n_views)]
         tallyctl.publish(h.kcat, brokers, filler)
         end2 = committed + n_views
-        low2 = log_start(h, brokers, tallyctl.EVENTS_TOPIC)
+        low2 = settled_log_start(h, brokers, tallyctl.EVENTS_TOPIC, committed)
         log("tally.events/0 now holds offsets %s..%d" % (low2, end2 - 1))
-        if low2 is None or low2 <= committed:
-            raise tallyctl.TestFailure("retention did not move tally.events/0 past offset %d (log start %s)"
-                                       % (committed, low2))
         agg = h.spawn("tally aggregate", [h.tally, "aggregate", "--brokers", brokers, "--state-dir", state],
                       "aggregate.log")
         serve, sclient = h.start_serve(brokers, state, tallyctl.free_port())

@@ -656,11 +656,17 @@ class Harness:
         log("%s: all checks passed" % what)
 
     # -- tally processes -------------------------------------------------------
-    def start_broker(self, partitions=4, attempts=3, log_name="broker.log"):
-        """`tally broker --port P --partitions N`; returns (proc, bootstrap)."""
+    def start_broker(self, partitions=4, attempts=3, log_name="broker.log", port=None, log_dir=None, extra=()):
+        """`tally broker --port P --partitions N --log-dir D`; returns (proc,
+        bootstrap). The log dir defaults to one named after `log_name`
+        (broker.log: broker-data), so a broker started again with the same
+        name and port goes on with its log, as a restarted Kafka broker."""
+        log_dir = log_dir or self.path(os.path.splitext(log_name)[0] + "-data")
+        fixed_port = port
         for attempt in range(attempts):
-            port = free_port()
-            p = self.spawn("tally broker", [self.tally, "broker", "--port", port, "--partitions", partitions],
+            port = fixed_port or free_port()
+            p = self.spawn("tally broker", [self.tally, "broker", "--port", port, "--partitions", partitions,
+                                            "--log-dir", log_dir] + list(extra),
                            log_name, capture_stdout=True)
             line = p.wait_stdout(lambda l: l.startswith("bootstrap: "), timeout=60)
             if line:

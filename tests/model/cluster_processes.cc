@@ -41,9 +41,11 @@ base::Status ClusterProcesses::Start() {
     const int port = testing::FreePort();
     if (port <= 0) return base::Status::IOError("no free port for the broker");
     testing::ChildOptions o;
-    o.argv = {options_.binary,      "broker",       "--port",
-              std::to_string(port), "--partitions", std::to_string(options_.partitions),
-              "--log-level",        "info"};
+    o.argv = {options_.binary, "broker",
+              "--port",        std::to_string(port),
+              "--partitions",  std::to_string(options_.partitions),
+              "--log-level",   "info",
+              "--log-dir",     (options_.dir / "broker-data").string()};
     o.log_path = (options_.dir / "broker.log").string();
     o.stdout_pipe = true;
     broker_ = std::make_unique<testing::ChildProcess>();
