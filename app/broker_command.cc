@@ -4,15 +4,18 @@
 // Prints exactly one line to stdout, "bootstrap: HOST:PORT", once the broker
 // accepts clients (scripts wait for it), then serves until SIGINT/SIGTERM.
 
+#include <fmt/core.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <string>
 
+#include "base/clock.h"
 #include "base/flags.h"
 #include "base/kafka.h"
 #include "base/log.h"
@@ -53,6 +56,53 @@ base::Status CreateTallyTopics(broker::Broker* b, int32_t partitions) {
     }
   }
   return base::Status::Ok();
+}
+
+// The broker's figures in Prometheus' text format (BrokerStats).
+std::string RenderBrokerMetrics(const broker::BrokerStats& s) {
+  std::string out;
+  auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  auto per_partition = [&](std::string_view name, std::string_view help, auto value) {
+    family(name, "gauge", help);
+    for (const broker::BrokerPartitionStats& p : s.partitions) {
+      fmt::format_to(std::back_inserter(out), "{}{{topic=\"{}\",partition=\"{}\"}} {}\n", name,
+                     p.topic, p.partition, value(p));
+    }
+  };
+  per_partition("tally_broker_log_size_bytes", "Bytes of the partition's log on disk.",
+                [](const auto& p) { return p.size_bytes; });
+  per_partition("tally_broker_log_start_offset", "The partition's first offset kept.",
+                [](const auto& p) { return p.log_start_offset; });
+  per_partition("tally_broker_log_end_offset",
+                "The partition's high watermark: the next offset, records flushed below it.",
+                [](const auto& p) { return p.high_watermark; });
+  auto counter = [&](std::string_view name, std::string_view help, int64_t v) {
+    family(name, "counter", help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, v);
+  };
+  auto gauge = [&](std::string_view name, std::string_view help, double v) {
+    family(name, "gauge", help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, v);
+  };
+  counter("tally_broker_produce_requests_total", "Produce requests handled.", s.produce_requests);
+  counter("tally_broker_produce_records_total",
+          "Records appended (retried duplicates not counted).", s.produce_records);
+  counter("tally_broker_produce_bytes_total", "Record-set bytes appended.", s.produce_bytes);
+  counter("tally_broker_fetch_requests_total", "Fetch requests answered.", s.fetch_requests);
+  counter("tally_broker_fetch_records_total", "Records returned by fetches.", s.fetch_records);
+  counter("tally_broker_fetch_bytes_total", "Record-set bytes returned by fetches.", s.fetch_bytes);
+  counter("tally_broker_flush_rounds_total", "Group commits of the log (fdatasync rounds).",
+          s.flush_rounds);
+  gauge("tally_broker_flush_latency_p99_seconds", "99th percentile of a group commit's duration.",
+        std::min(s.flush_p99_micros, s.flush_max_micros) / 1e6);  // buckets round up
+  gauge("tally_broker_flush_latency_max_seconds", "Longest group commit.",
+        s.flush_max_micros / 1e6);
+  gauge("tally_broker_disk_free_bytes", "Free bytes on the log's disk (-1: unknown).",
+        static_cast<double>(s.disk_free_bytes));
+  gauge("tally_broker_connections", "Client connections open.", static_cast<double>(s.connections));
+  return out;
 }
 
 }  // namespace
@@ -191,8 +241,17 @@ int RunBroker(int argc, char** argv) {
   std::fflush(stdout);
   // With a state directory, the broker serves only while that directory is
   // there: a test's or a demo's removed directory leaves no broker behind.
+  // Meanwhile it writes its figures there every second, for tally up's
+  // GET /metrics.
+  int64_t metrics_written_ms = 0;
   auto dir_removed = [&] {
     if (state_dir.empty()) return false;
+    if (const int64_t now = base::SteadyMs(); now - metrics_written_ms >= 1000) {
+      metrics_written_ms = now;
+      if (auto st = WriteBrokerMetrics(state_dir, RenderBrokerMetrics(b->Stats())); !st.ok()) {
+        TALLY_LOG_DEBUG(kComponent, "{}", st.ToString());  // the directory may be going
+      }
+    }
     struct stat now {};
     if (stat(state_dir.c_str(), &now) == 0 && now.st_ino == dir_stat.st_ino &&
         now.st_dev == dir_stat.st_dev) {
@@ -208,7 +267,10 @@ int RunBroker(int argc, char** argv) {
                                    b->bootstrap()},
                      dir_removed);
   TALLY_LOG_INFO(kComponent, "stop requested");
-  if (!state_dir.empty()) RemoveBrokerRecord(state_dir, getpid());
+  if (!state_dir.empty()) {
+    RemoveBrokerRecord(state_dir, getpid());
+    std::filesystem::remove(std::filesystem::path(state_dir) / BrokerSideFiles()[3]);
+  }
   if (auto st = b->Stop(); !st.ok()) {
     TALLY_LOG_ERROR(kComponent, "closing the log: {}", st.ToString());
     return kExitFailure;

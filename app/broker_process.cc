@@ -110,6 +110,36 @@ base::Result<BrokerRecord> ReadBrokerRecord(const std::string& state_dir) {
   }
 }
 
+base::Status WriteBrokerMetrics(const std::string& state_dir, const std::string& text) {
+  const std::filesystem::path dir(state_dir);
+  const std::string path = (dir / BrokerSideFiles()[3]).string();
+  const std::string tmp = (dir / BrokerSideFiles()[4]).string();
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return base::Status::IOError(fmt::format("writing {}", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return base::Status::IOError(
+        fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
+  }
+  return base::Status::Ok();
+}
+
+std::string ReadBrokerMetrics(const std::string& state_dir, int64_t max_age_ms) {
+  const std::string path = (std::filesystem::path(state_dir) / BrokerSideFiles()[3]).string();
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return "";
+  const int64_t modified_ms =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  if (base::WallMs() - modified_ms > max_age_ms) return "";
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 void RemoveBrokerRecord(const std::string& state_dir, pid_t pid) {
   auto r = ReadBrokerRecord(state_dir);
   if (r.ok() && r->pid == pid) std::remove(RecordPath(state_dir).c_str());

@@ -42,9 +42,21 @@ struct BrokerRecord {
 // record, the record's temporary and its log directory (`tally broker
 // --state-dir DIR` logs to DIR/log), for store::StoreOptions::side_files.
 inline const std::vector<std::string>& BrokerSideFiles() {
-  static const std::vector<std::string> files = {"BROKER", "BROKER.tmp", "log"};
+  static const std::vector<std::string> files = {"BROKER", "BROKER.tmp", "log", "BROKER.metrics",
+                                                 "BROKER.metrics.tmp"};
   return files;
 }
+
+// The broker of a state directory writes its figures to
+// `state_dir`/BROKER.metrics every second, in Prometheus' text format
+// (tally_broker_*: log size, start and end offsets per partition, produce
+// and fetch totals, flush rounds and latency, disk space, connections);
+// `tally up` serves them in its GET /metrics. IOError naming the path.
+base::Status WriteBrokerMetrics(const std::string& state_dir, const std::string& text);
+
+// What `state_dir`/BROKER.metrics holds if it was written within the last
+// `max_age_ms` (a broker that stopped writing is not reported); "" else.
+std::string ReadBrokerMetrics(const std::string& state_dir, int64_t max_age_ms);
 
 // Writes `record` to `state_dir`/BROKER atomically (a temporary file, then
 // rename), creating the directory if needed. IOError naming the path.

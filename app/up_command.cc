@@ -223,6 +223,10 @@ int RunUp(int argc, char** argv) {
   qo.info.partitions = cluster->deltas_partitions;
   qo.auth_token = *token;
   qo.hot_posts = &hot_posts;
+  if (broker) {
+    // Its broker is another process: it writes its figures beside the state.
+    qo.extra_metrics = [dir = bo.state_dir] { return ReadBrokerMetrics(dir, 5000); };
+  }
   // Any member answers everything; one process alone answers as itself.
   qo.cluster = member.get();
   qo.member = member ? member->member() : MemberIdOf(DefaultAdvertise(http.listen));

@@ -310,8 +310,9 @@ Response QueryService::HandleHealthz(const Request&, const Match&) {
 }
 
 Response QueryService::HandleMetrics(const Request&, const Match&) {
-  return Response{
-      200, kPrometheusContentType, base::MetricsRegistry::Global().RenderPrometheus(), {}};
+  std::string text = base::MetricsRegistry::Global().RenderPrometheus();
+  if (options_.extra_metrics) text += options_.extra_metrics();
+  return Response{200, kPrometheusContentType, std::move(text), {}};
 }
 
 Response QueryService::HandleInfo(const Request&, const Match&) {

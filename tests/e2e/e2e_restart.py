@@ -2,7 +2,8 @@
 """End to end: `tally up` with its embedded broker (no --brokers), stopped and
 started again on the same state directory (SPEC sections 2 and 7): the
 broker's log is kept in DIR/log, so every count is as it was, nothing is
-read twice, nothing is said of a new log, and new events count on top.
+read twice, nothing is said of a new log, and new events count on top; tally
+up's GET /metrics shows its broker's end offsets.
 
   python3 e2e_restart.py --tally build/tally [--work-dir DIR]
 """
@@ -71,6 +72,15 @@ def main():
         report = tallyctl.wait_lag_zero(client, timeout=120, proc=p2, min_input_end=2 * n + 1)
         h.check(tallyctl.end_offsets(report) == 2 * n + 1, "the log holds %d records (%d events and one reset)" % (
             tallyctl.end_offsets(report), 2 * n))
+        # The broker's figures in tally up's own /metrics (SPEC section 7).
+        def broker_end_offsets():
+            total = 0
+            for line in client.get("/metrics").text().splitlines():
+                if line.startswith('tally_broker_log_end_offset{topic="tally.events"'):
+                    total += int(line.rsplit(" ", 1)[1])
+            return total == 2 * n + 1
+        h.check(tallyctl.wait_until("/metrics to show the broker's end offsets", broker_end_offsets, 10,
+                                    proc=p2), "tally_broker_log_end_offset of tally.events in /metrics")
         views_before = sum(int(before[p].split('"view":')[1].rstrip("}")) for p in PATHS if "posts" in p)
         views_after = sum(int(client.get(p).text().split('"view":')[1].rstrip("}")) for p in PATHS if "posts" in p)
         h.check(views_after > views_before, "views did not grow after the restart: %d -> %d" % (views_before,

@@ -168,6 +168,9 @@ struct QueryServiceOptions {
   // minute (GET /v1/status/hot-posts), tallied by the applier of this
   // process; null: none (a `tally serve`, whose applier runs elsewhere).
   base::HotKeys* hot_posts = nullptr;
+  // Optional: more Prometheus text for GET /metrics, after tally's own
+  // (tally up's figures of its broker, another process). Called per request.
+  std::function<std::string()> extra_metrics;
 };
 
 // Maps a Status code to its HTTP status. The only such mapping in tally:
