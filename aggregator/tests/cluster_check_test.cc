@@ -80,6 +80,22 @@ TEST_F(ClusterCheckTest, OtherRealClusterIsRefusedUnlessResetOffsets) {
   EXPECT_EQ(Offset(), 0);
 }
 
+// A state built on the in-memory broker of an older tally (librdkafka's
+// mock, whose log is gone) starts on tally's own broker, a cluster like
+// any other: counts kept, its logs read from their start, no flag needed.
+TEST_F(ClusterCheckTest, AStateOfTheOldInMemoryBrokerStartsOnANewCluster) {
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), false).ok());
+  Work();
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), false));
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  EXPECT_EQ(store_->recorded_cluster(), "abc");
+  EXPECT_EQ(Likes(), 5);
+  EXPECT_EQ(Offset(), 0);
+  // From then on it is that cluster's state: another is refused.
+  Work();
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), false).ok());
+}
+
 // AttachCannotRefuse() reads the state directory without opening it; it
 // must never say "cannot refuse" where AttachToCluster() refuses.
 TEST_F(ClusterCheckTest, CannotRefuseOnlyWhereAttachAccepts) {
