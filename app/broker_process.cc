@@ -69,19 +69,15 @@ std::string DescribeExit(int wstatus) {
   return "stopped";
 }
 
-}  // namespace
-
-base::Status WriteBrokerRecord(const std::string& state_dir, const BrokerRecord& record) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) return base::Status::IOError(fmt::format("creating {}: {}", state_dir, ec.message()));
-  nlohmann::json j = {
-      {"pid", record.pid}, {"bootstrap", record.bootstrap}, {"cluster_id", record.cluster_id}};
-  const std::string path = RecordPath(state_dir);
-  const std::string tmp = (std::filesystem::path(state_dir) / BrokerSideFiles()[1]).string();
+// Writes `text` to `dir`/`tmp_name`, then renames it to `dir`/`name`, so a
+// reader sees the old contents or the new, whole. IOError naming the path.
+base::Status ReplaceFile(const std::string& dir, const std::string& name,
+                         const std::string& tmp_name, const std::string& text) {
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  const std::string tmp = (std::filesystem::path(dir) / tmp_name).string();
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
+    out << text;
     out.flush();
     if (!out) return base::Status::IOError(fmt::format("writing {}", tmp));
   }
@@ -90,6 +86,17 @@ base::Status WriteBrokerRecord(const std::string& state_dir, const BrokerRecord&
         fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
   }
   return base::Status::Ok();
+}
+
+}  // namespace
+
+base::Status WriteBrokerRecord(const std::string& state_dir, const BrokerRecord& record) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return base::Status::IOError(fmt::format("creating {}: {}", state_dir, ec.message()));
+  nlohmann::json j = {
+      {"pid", record.pid}, {"bootstrap", record.bootstrap}, {"cluster_id", record.cluster_id}};
+  return ReplaceFile(state_dir, BrokerSideFiles()[0], BrokerSideFiles()[1], j.dump() + "\n");
 }
 
 base::Result<BrokerRecord> ReadBrokerRecord(const std::string& state_dir) {
@@ -111,20 +118,7 @@ base::Result<BrokerRecord> ReadBrokerRecord(const std::string& state_dir) {
 }
 
 base::Status WriteBrokerMetrics(const std::string& state_dir, const std::string& text) {
-  const std::filesystem::path dir(state_dir);
-  const std::string path = (dir / BrokerSideFiles()[3]).string();
-  const std::string tmp = (dir / BrokerSideFiles()[4]).string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return base::Status::IOError(fmt::format("writing {}", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return base::Status::IOError(
-        fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
-  }
-  return base::Status::Ok();
+  return ReplaceFile(state_dir, BrokerSideFiles()[3], BrokerSideFiles()[4], text);
 }
 
 std::string ReadBrokerMetrics(const std::string& state_dir, int64_t max_age_ms) {
