@@ -41,12 +41,14 @@ def member(h, brokers, name, port):
 
 
 def settled(client):
-    """Both members own partitions, none restoring: (owns by member id) or None."""
+    """Both members own partitions, none restoring, and neither keeps a warm
+    copy of what it gave up (the old owner answers for a partition until its
+    new owner is published caught up, SPEC 6): (owns by member id) or None."""
     r = client.try_get("/v1/cluster")
     if r is None or r.status != 200:
         return None
     ms = r.json()["members"]
-    if len(ms) != 2 or not all(m["owns"] and not m["restoring"] for m in ms):
+    if len(ms) != 2 or not all(m["owns"] and not m["restoring"] and not m["standby"] for m in ms):
         return None
     if sorted(p for m in ms for p in m["owns"]) != list(range(PARTITIONS)):
         return None
