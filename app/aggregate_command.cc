@@ -85,7 +85,8 @@ int RunAggregate(int argc, char** argv) {
                   in_cluster ? std::optional<std::vector<uint32_t>>(*held_before) : std::nullopt);
     if (!s.ok()) return Fail(command, s.status());
     store = std::move(s).value();
-    if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
+    if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, OnNewCluster(f));
+        !st.ok()) {
       return Fail(command, st);
     }
   }

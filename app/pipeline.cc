@@ -24,6 +24,12 @@ namespace tally::app {
 
 using base::Status;
 
+aggregator::OnNewCluster OnNewCluster(const CommonFlags& f) {
+  if (f.own_broker) return aggregator::OnNewCluster::kOwnBroker;
+  return f.reset_offsets ? aggregator::OnNewCluster::kResetOffsets
+                         : aggregator::OnNewCluster::kRefuse;
+}
+
 void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f) {
   fs->String("brokers", &f->brokers, "Kafka bootstrap servers host:port,...");
   fs->Repeated("kafka", &f->kafka, "librdkafka setting KEY=VALUE (security, tuning)");
@@ -349,7 +355,7 @@ base::Result<bool> ReattachIfReplaced(base::KafkaOptions* kafka, const CommonFla
         "--partitions",
         base::kDeltasTopic, cluster->deltas_partitions, store->dir(), store->partitions()));
   }
-  TALLY_RETURN_IF_ERROR(aggregator::AttachToCluster(store, cluster->identity, f.reset_offsets));
+  TALLY_RETURN_IF_ERROR(aggregator::AttachToCluster(store, cluster->identity, OnNewCluster(f)));
   CommitLogStarts(*kafka, f);
   return true;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/cluster_check.h"
 #include "aggregator/defaults.h"
 #include "base/flags.h"
 #include "base/kafka.h"
@@ -36,6 +37,9 @@ struct CommonFlags {
   std::string memtable = "sorted-runs";
   int64_t read_cache_mb = 0;  // counter read cache (tally up only: it serves HTTP from the writer)
   bool reset_offsets = false;
+  // Not a flag: tally up sets it when it runs its own broker, whose log
+  // lives in the state directory (aggregator::OnNewCluster::kOwnBroker).
+  bool own_broker = false;
   bool sync = false;
   int64_t viewed_mb = 64;     // "viewed" filter budget over all partitions
   int64_t inactive_days = 30;
@@ -44,6 +48,10 @@ struct CommonFlags {
   std::string auth_token;
   std::string auth_token_file;
 };
+
+// What attaching the state to another cluster does: --reset-offsets, tally
+// up's own broker, or a refusal.
+aggregator::OnNewCluster OnNewCluster(const CommonFlags& f);
 
 // Registers --brokers, --kafka, --log-level on `fs`.
 void AddKafkaFlags(base::FlagSet* fs, CommonFlags* f);

@@ -148,8 +148,8 @@ int RunUp(int argc, char** argv) {
     f.brokers = broker->bootstrap();
     // Its own broker's log lives in the state directory: a new one (the log
     // removed, a state copied without it) is read from its start with the
-    // counts kept (SPEC section 2), as --reset-offsets does elsewhere.
-    f.reset_offsets = true;
+    // counts kept (SPEC section 2).
+    f.own_broker = true;
   }
   // A broker started here and given nothing yet stops again if tally up
   // cannot start; one found running may hold records and is left as it is.
@@ -190,7 +190,7 @@ int RunUp(int argc, char** argv) {
   // the state, routing starts while the partitions open (40-80 ms of every
   // start); otherwise only after the check.
   const bool routing_early =
-      aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, f.reset_offsets);
+      aggregator::AttachCannotRefuse(f.state_dir, cluster->identity, OnNewCluster(f));
   if (routing_early) runner.StartRouter();
   // A member opens its partitions as the group gives them (and drops those
   // it gives away); one process alone holds them all. At start a member
@@ -204,7 +204,8 @@ int RunUp(int argc, char** argv) {
                 in_cluster ? std::optional<std::vector<uint32_t>>(*held_before) : std::nullopt);
   if (!store_r.ok()) return Fail(command, store_r.status());
   std::unique_ptr<store::StateStore> store = std::move(store_r).value();
-  if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, f.reset_offsets); !st.ok()) {
+  if (auto st = aggregator::AttachToCluster(store.get(), cluster->identity, OnNewCluster(f));
+      !st.ok()) {
     return Fail(command, st);
   }
 

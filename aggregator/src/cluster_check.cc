@@ -22,7 +22,10 @@ bool FromTheOldEmbeddedBroker(const std::string& recorded) {
 
 }  // namespace
 
-Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster, bool reset_offsets) {
+Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cluster,
+                       OnNewCluster on_new) {
+  // librdkafka's mock (tests) keeps its log in memory: new after every start.
+  if (cluster.embedded) on_new = OnNewCluster::kOwnBroker;
   const std::string now = cluster.ToString();
   const std::string before = store->recorded_cluster();
   if (before == now) return Status::Ok();
@@ -33,7 +36,7 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
     if (!held.ok()) return held.status();
     bool fresh = true;
     for (const auto& [i, p] : *held) fresh = fresh && p.next_deltas_offset == 0 && p.marks.empty();
-    if (!fresh && !cluster.embedded && !reset_offsets) {
+    if (!fresh && on_new == OnNewCluster::kRefuse) {
       return Status::FailedPrecondition(fmt::format(
           "{} holds state of an unknown cluster; refusing to attach it to {} (give --reset-offsets to "
           "keep the counts and read that cluster's logs from their start)",
@@ -42,20 +45,21 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
     if (!fresh) TALLY_RETURN_IF_ERROR(store->ResetProgress());
     return store->RecordCluster(now);
   }
-  if (FromTheOldEmbeddedBroker(before) && !cluster.embedded) {
+  if (FromTheOldEmbeddedBroker(before)) {
     TALLY_LOG_WARN("cluster",
                    "state in {} was built on the in-memory broker of an older tally ({}), "
                    "whose log is gone; now on {}: keeping the counts and reading its logs from "
                    "their start",
                    store->dir(), before, now);
-  } else if (cluster.embedded) {
-    TALLY_LOG_WARN("cluster", "state in {} was built from cluster {}, this is a new embedded broker log ({}): "
-                   "keeping the counts and reading the new log from its start",
-                   store->dir(), before, now);
-  } else if (reset_offsets) {
+  } else if (on_new == OnNewCluster::kOwnBroker) {
     TALLY_LOG_WARN("cluster",
-                   "state in {} was built from cluster {}, now attached to {} (--reset-offsets, or "
-                   "tally up's own broker): "
+                   "state in {} was built from cluster {}; its broker's log is new ({}), removed "
+                   "or not copied with the state: keeping the counts and reading the new log "
+                   "from its start",
+                   store->dir(), before, now);
+  } else if (on_new == OnNewCluster::kResetOffsets) {
+    TALLY_LOG_WARN("cluster",
+                   "state in {} was built from cluster {}, now attached to {} (--reset-offsets): "
                    "keeping the counts and reading its logs from their start",
                    store->dir(), before, now);
   } else {
@@ -69,8 +73,8 @@ Status AttachToCluster(store::StateStore* store, const base::ClusterIdentity& cl
 }
 
 bool AttachCannotRefuse(const std::string& dir, const base::ClusterIdentity& cluster,
-                        bool reset_offsets) {
-  if (cluster.embedded || reset_offsets) return true;
+                        OnNewCluster on_new) {
+  if (cluster.embedded || on_new != OnNewCluster::kRefuse) return true;
   auto recorded = store::StateStore::PeekRecordedCluster(dir);
   if (recorded.ok()) return *recorded == cluster.ToString() || FromTheOldEmbeddedBroker(*recorded);
   if (recorded.status().code() != base::StatusCode::kNotFound) return false;

@@ -11,6 +11,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr OnNewCluster kRefuse = OnNewCluster::kRefuse;
+constexpr OnNewCluster kResetOffsets = OnNewCluster::kResetOffsets;
+constexpr OnNewCluster kOwnBroker = OnNewCluster::kOwnBroker;
+
 class ClusterCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -51,15 +55,15 @@ class ClusterCheckTest : public ::testing::Test {
 };
 
 TEST_F(ClusterCheckTest, FreshStateRecordsTheCluster) {
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kRefuse).ok());
   EXPECT_EQ(store_->recorded_cluster(), "abc");
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok()) << "same cluster again";
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kRefuse).ok()) << "same cluster again";
 }
 
 TEST_F(ClusterCheckTest, NewEmbeddedLogKeepsCountsAndStartsFromZero) {
-  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), false).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), kRefuse).ok());
   Work();
-  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("two"), false).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("two"), kRefuse).ok());
   EXPECT_EQ(store_->recorded_cluster(), "mockCluster1/two");
   EXPECT_EQ(Likes(), 5);
   EXPECT_EQ(Offset(), 0);
@@ -67,49 +71,66 @@ TEST_F(ClusterCheckTest, NewEmbeddedLogKeepsCountsAndStartsFromZero) {
 }
 
 TEST_F(ClusterCheckTest, OtherRealClusterIsRefusedUnlessResetOffsets) {
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kRefuse).ok());
   Work();
-  base::Status st = AttachToCluster(store_.get(), External("xyz"), false);
+  base::Status st = AttachToCluster(store_.get(), External("xyz"), kRefuse);
   EXPECT_EQ(st.code(), base::StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("--reset-offsets"), std::string::npos) << st.message();
   EXPECT_EQ(store_->recorded_cluster(), "abc");
   EXPECT_EQ(Offset(), 40) << "refusing changes nothing";
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("xyz"), true).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("xyz"), kResetOffsets).ok());
   EXPECT_EQ(store_->recorded_cluster(), "xyz");
   EXPECT_EQ(Likes(), 5);
   EXPECT_EQ(Offset(), 0);
+}
+
+// tally up's own broker keeps its log in the state directory: a new log
+// there (removed, or the state copied without it) keeps the counts and is
+// read from its start, without --reset-offsets; the same state is refused
+// by a member given --brokers of another cluster.
+TEST_F(ClusterCheckTest, ANewLogOfTallyUpsOwnBrokerKeepsTheCounts) {
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kOwnBroker).ok());
+  Work();
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), kRefuse).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("xyz"), kOwnBroker));
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("xyz"), kOwnBroker).ok());
+  EXPECT_EQ(store_->recorded_cluster(), "xyz");
+  EXPECT_EQ(Likes(), 5);
+  EXPECT_EQ(Offset(), 0);
+  EXPECT_TRUE(store_->partition(schemas::PartitionOf(1, 2))->LoadProgress()->marks.empty());
 }
 
 // A state built on the in-memory broker of an older tally (librdkafka's
 // mock, whose log is gone) starts on tally's own broker, a cluster like
 // any other: counts kept, its logs read from their start, no flag needed.
 TEST_F(ClusterCheckTest, AStateOfTheOldInMemoryBrokerStartsOnANewCluster) {
-  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), false).ok());
+  ASSERT_TRUE(AttachToCluster(store_.get(), Embedded("one"), kRefuse).ok());
   Work();
-  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), false));
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), false).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), kRefuse));
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kRefuse).ok());
   EXPECT_EQ(store_->recorded_cluster(), "abc");
   EXPECT_EQ(Likes(), 5);
   EXPECT_EQ(Offset(), 0);
   // From then on it is that cluster's state: another is refused.
   Work();
-  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), false).ok());
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), kRefuse).ok());
 }
 
 // AttachCannotRefuse() reads the state directory without opening it; it
 // must never say "cannot refuse" where AttachToCluster() refuses.
 TEST_F(ClusterCheckTest, CannotRefuseOnlyWhereAttachAccepts) {
-  EXPECT_TRUE(AttachCannotRefuse((dir_ / "none").string(), External("abc"), false))
+  EXPECT_TRUE(AttachCannotRefuse((dir_ / "none").string(), External("abc"), kRefuse))
       << "no state yet";
   Work();  // progress, and no cluster recorded
-  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("abc"), false));
-  EXPECT_FALSE(AttachToCluster(store_.get(), External("abc"), false).ok());
-  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), true));
-  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), Embedded("one"), false));
-  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), true).ok());
-  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), false)) << "the recorded cluster";
-  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("xyz"), false));
-  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), false).ok());
+  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("abc"), kRefuse));
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("abc"), kRefuse).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), kResetOffsets));
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), Embedded("one"), kRefuse));
+  ASSERT_TRUE(AttachToCluster(store_.get(), External("abc"), kResetOffsets).ok());
+  EXPECT_TRUE(AttachCannotRefuse(dir_.string(), External("abc"), kRefuse))
+      << "the recorded cluster";
+  EXPECT_FALSE(AttachCannotRefuse(dir_.string(), External("xyz"), kRefuse));
+  EXPECT_FALSE(AttachToCluster(store_.get(), External("xyz"), kRefuse).ok());
 }
 
 }  // namespace
