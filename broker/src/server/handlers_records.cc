@@ -205,7 +205,7 @@ void BrokerServer::HandleFetch(Conn* c, const RequestHeader& h, FetchRequest& r)
   const bool ready = BuildFetch(r, false, &resp);
   const uint64_t slot = NewSlot(c);
   if (ready) {
-    Fill(c->id, slot, h.correlation_id, resp, h.api_version);
+    Fill(c->id, slot, h.correlation_id, std::move(resp), h.api_version);
     return;
   }
   const int64_t deadline = base::SteadyMs() + r.max_wait_ms;

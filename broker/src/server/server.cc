@@ -34,6 +34,10 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadAhead = 256 * 1024;
 // An output buffer grown beyond this is released once written.
 constexpr size_t kKeptOutputCapacity = 1 << 20;
+// Spare response buffers kept in all (BrokerServer::TakeBuffer): a few of
+// the largest fetch answers librdkafka asks for (fetch.max.bytes, 50 MiB).
+constexpr size_t kSpareBytes = size_t{128} << 20;
+constexpr int64_t kSpareIdleMs = 10000;
 // Longest epoll sleep: bounds how late a maintenance pass may start.
 constexpr int64_t kMaxSleepMs = 1000;
 
@@ -390,6 +394,7 @@ void BrokerServer::Run() {
     ExpireFetches(after);
     ReleaseDelayed(after);
     if (after >= next_maintenance_ms_) {
+      TrimSpares(after);
       base::Status st = logs_->RunMaintenance(base::WallMs());
       if (!st.ok()) TALLY_LOG_WARN(kLog, "retention/compaction: {}", st.ToString());
       next_maintenance_ms_ = base::SteadyMs() + options_.maintenance_interval_ms;
@@ -438,7 +443,7 @@ void BrokerServer::RunShutdown() {
   for (ParkedFetch& f : fetches) {
     FetchResponse resp;
     BuildFetch(f.request, true, &resp);
-    Fill(f.conn_id, f.slot, f.correlation_id, resp, f.version);
+    Fill(f.conn_id, f.slot, f.correlation_id, std::move(resp), f.version);
   }
   base::Status st = logs_->FlushAll();
   if (!st.ok()) TALLY_LOG_WARN(kLog, "flush at stop: {}", st.ToString());
@@ -609,7 +614,21 @@ void BrokerServer::Fill(uint64_t conn_id, uint64_t slot, int32_t correlation_id,
   Conn* c = FindConn(conn_id);
   if (c == nullptr || slot < c->first_slot || slot - c->first_slot >= c->slots.size()) return;
   Slot& s = c->slots[slot - c->first_slot];
+  // A fetch answer is mostly its records: its size is known before encoding.
+  size_t hint = 0;
+  if (const auto* f = std::get_if<FetchResponse>(&body)) {
+    hint = 64;
+    for (const auto& t : f->responses) {
+      hint += 32 + t.topic.size();
+      for (const auto& p : t.partitions) hint += 64 + (p.records ? p.records->size() : 0);
+    }
+  }
   s.bytes.clear();
+  if (hint > kKeptOutputCapacity && s.bytes.capacity() < hint) {
+    s.bytes = TakeBuffer(hint);
+  } else {
+    s.bytes.reserve(hint);
+  }
   EncodeResponse(correlation_id, body, version, &s.bytes);
   s.ready = true;
   PumpSlots(c);
@@ -628,7 +647,14 @@ void BrokerServer::PumpSlots(Conn* c) {
       c->out.clear();
       c->out_off = 0;
     }
-    c->out += c->slots.front().bytes;
+    if (c->out.empty()) {
+      // Nothing unsent before it: the answer's buffer becomes the output
+      // (no copy), the drained one is kept for the next answers.
+      c->out.swap(c->slots.front().bytes);
+      GiveBack(&c->slots.front().bytes);
+    } else {
+      c->out += c->slots.front().bytes;
+    }
     c->slots.pop_front();
     c->first_slot++;
     moved = true;
@@ -660,8 +686,53 @@ void BrokerServer::WriteOutput(Conn* c) {
   if (c->out_off == c->out.size()) {
     c->out.clear();
     c->out_off = 0;
-    if (c->out.capacity() > kKeptOutputCapacity) std::string().swap(c->out);
+    if (c->out.capacity() > kKeptOutputCapacity) GiveBack(&c->out);
   }
+}
+
+std::string BrokerServer::TakeBuffer(size_t bytes) {
+  // The smallest spare that fits.
+  size_t best = spares_.size();
+  for (size_t i = 0; i < spares_.size(); i++) {
+    if (spares_[i].capacity() >= bytes &&
+        (best == spares_.size() || spares_[i].capacity() < spares_[best].capacity())) {
+      best = i;
+    }
+  }
+  std::string out;
+  spares_used_ms_ = base::SteadyMs();
+  if (best < spares_.size()) {
+    out.swap(spares_[best]);
+    spares_.erase(spares_.begin() + static_cast<ptrdiff_t>(best));
+    spare_bytes_ -= out.capacity();
+  }
+  out.reserve(bytes);
+  return out;
+}
+
+void BrokerServer::GiveBack(std::string* buffer) {
+  buffer->clear();
+  if (buffer->capacity() <= kKeptOutputCapacity) return;  // small: kept where it is
+  std::string b;
+  b.swap(*buffer);
+  // Room made by dropping larger spares; a buffer that does not fit is freed.
+  std::sort(spares_.begin(), spares_.end(),
+            [](const std::string& x, const std::string& y) { return x.capacity() < y.capacity(); });
+  while (!spares_.empty() && spare_bytes_ + b.capacity() > kSpareBytes &&
+         spares_.back().capacity() >= b.capacity()) {
+    spare_bytes_ -= spares_.back().capacity();
+    spares_.pop_back();
+  }
+  if (spare_bytes_ + b.capacity() > kSpareBytes) return;
+  spare_bytes_ += b.capacity();
+  spares_.push_back(std::move(b));
+}
+
+void BrokerServer::TrimSpares(int64_t now) {
+  // A burst's buffers are not held for good: freed after kSpareIdleMs unused.
+  if (spares_.empty() || now - spares_used_ms_ < kSpareIdleMs) return;
+  spares_.clear();
+  spare_bytes_ = 0;
 }
 
 void BrokerServer::UpdateInterest(Conn* c) {
@@ -768,7 +839,7 @@ void BrokerServer::RecheckWaiting() {
     if (BuildFetch(fetches_[i].request, false, &resp)) {
       ParkedFetch f = std::move(fetches_[i]);
       fetches_.erase(fetches_.begin() + static_cast<ptrdiff_t>(i));
-      Fill(f.conn_id, f.slot, f.correlation_id, resp, f.version);
+      Fill(f.conn_id, f.slot, f.correlation_id, std::move(resp), f.version);
     } else {
       i++;
     }
@@ -785,7 +856,7 @@ void BrokerServer::ExpireFetches(int64_t now) {
     fetches_.erase(fetches_.begin() + static_cast<ptrdiff_t>(i));
     FetchResponse resp;
     BuildFetch(f.request, true, &resp);
-    Fill(f.conn_id, f.slot, f.correlation_id, resp, f.version);
+    Fill(f.conn_id, f.slot, f.correlation_id, std::move(resp), f.version);
   }
 }
 

@@ -135,8 +135,19 @@ class BrokerServer {
 
   // Responses.
   uint64_t NewSlot(Conn* c);
+  // Encodes `body` into the slot. A fetch answer is passed as an rvalue
+  // (std::move), so its records are not copied into the variant first.
   void Fill(uint64_t conn_id, uint64_t slot, int32_t correlation_id, const ResponseBody& body,
             int16_t version);
+  // A buffer for a response of about `bytes`: a spare one if one is big
+  // enough, so large fetch answers are not built in fresh memory (fresh
+  // pages fault in one by one, and allocators return large blocks to the
+  // kernel at once). GiveBack() keeps a drained buffer as a spare, up to
+  // kSpareBytes in all.
+  std::string TakeBuffer(size_t bytes);
+  void GiveBack(std::string* buffer);
+  // Frees the spares once none was taken for a while (from the maintenance turn).
+  void TrimSpares(int64_t now);
 
   // Handlers (handlers.cc). Each answers through Fill(), now or later.
   void Dispatch(Conn* c, Request& request);
@@ -197,6 +208,9 @@ class BrokerServer {
   base::LogLimiter accept_log_{5, 10000};
   base::LogLimiter conn_log_{20, 10000};
   std::string read_buf_;
+  std::vector<std::string> spares_;  // empty, with capacity; see TakeBuffer()
+  size_t spare_bytes_ = 0;           // their capacity in all
+  int64_t spares_used_ms_ = 0;       // steady ms a spare was last asked for
 
   // Shared with other threads.
   std::atomic<bool> quit_{false};
