@@ -13,7 +13,6 @@
 #include "base/flags.h"
 #include "base/kafka_consumer.h"
 #include "base/log.h"
-#include "broker/broker.h"
 #include "testing/embedded_cluster.h"
 
 namespace tally::bench {
@@ -68,12 +67,19 @@ Result<std::unique_ptr<ChildBroker>> StartChildBroker(const BrokerBenchOptions& 
   b->flush_ms = mock ? -1 : flush_ms;
   const int port = FreePort();
   const std::string name = fmt::format("{}/broker{}-{}", o.dir, n, b->label);
-  std::vector<std::string> argv = {o.self,           "--broker-child",
-                                   "--log-dir",      name,
-                                   "--port",         std::to_string(port),
-                                   "--log-flush-ms", std::to_string(flush_ms),
-                                   "--partitions",   std::to_string(o.partitions)};
-  if (mock) argv.push_back("--mock");
+  // tally's broker is `tally broker`, as a user runs it (jemalloc and
+  // all); the mock runs in a child of this binary.
+  std::vector<std::string> argv;
+  if (mock) {
+    argv = {o.self, "--broker-child", "--mock", "--partitions", std::to_string(o.partitions)};
+  } else {
+    argv = {o.tally,          "broker",
+            "--log-dir",      name,
+            "--port",         std::to_string(port),
+            "--log-flush-ms", std::to_string(flush_ms),
+            "--partitions",   std::to_string(o.partitions),
+            "--log-level",    "warn"};
+  }
   TALLY_RETURN_IF_ERROR(b->proc.Start(argv, name + ".log", name + ".out"));
   // The child prints its bootstrap address once it serves (the mock picks
   // its own port).
@@ -184,20 +190,16 @@ Status AssignAll(rd_kafka_t* rk, int partitions, int64_t offset) {
 }
 
 int RunBrokerChild(int argc, char** argv) {
-  std::string log_dir;
-  int64_t port = 0, flush_ms = broker::BrokerOptions().log_flush_ms, partitions = 16;
-  base::FlagSet flags("tally-bench --broker-child",
-                      "Runs tally's broker (tally::broker) for the broker workloads.");
-  flags.String("log-dir", &log_dir, "the broker's log directory (required)");
-  flags.Int("port", &port, "TCP port on 127.0.0.1 (0: any)");
-  flags.Int("log-flush-ms", &flush_ms, "group commit interval (0: no fdatasync)");
+  int64_t partitions = 16;
+  base::FlagSet flags(
+      "tally-bench --broker-child --mock",
+      "Runs librdkafka's mock cluster (in memory, on a port of its own) for the "
+      "broker workloads: the baseline, what tally's one-machine broker was before.");
   flags.Int("partitions", &partitions, "partitions of tally.events, created at start");
   bool mock = false;
-  flags.Bool("mock", &mock,
-             "run librdkafka's mock cluster instead (in memory, on a port of its own): the "
-             "baseline, what tally's one-machine broker was before");
+  flags.Bool("mock", &mock, "required: the mock is the only broker this child runs");
   bool help = false;
-  if (auto st = flags.Parse(argc, argv, &help); !st.ok() || help || log_dir.empty()) {
+  if (auto st = flags.Parse(argc, argv, &help); !st.ok() || help || !mock) {
     std::fprintf(stderr, "%s%s", st.ok() ? "" : (st.ToString() + "\n").c_str(),
                  flags.Usage().c_str());
     return help ? 0 : 2;
@@ -207,48 +209,21 @@ int RunBrokerChild(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
-  // Blocked before the broker's threads start, so they inherit the mask
-  // and sigwait below receives the signal.
+  // Blocked before the mock's threads start, so they inherit the mask and
+  // sigwait below receives the signal.
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  if (mock) {
-    testing::EmbeddedCluster cluster(1);
-    Status created =
-        cluster.CreateTopic(std::string(kBrokerBenchTopic), static_cast<int>(partitions));
-    if (!created.ok()) {
-      std::fprintf(stderr, "mock: %s\n", created.ToString().c_str());
-      return 1;
-    }
-    std::printf("bootstrap: %s\n", cluster.bootstrap().c_str());
-    std::fflush(stdout);
-    int sig = 0;
-    sigwait(&set, &sig);
-    return 0;
-  }
-  broker::BrokerOptions o;
-  o.log_dir = log_dir;
-  o.port = static_cast<int>(port);
-  o.log_flush_ms = flush_ms;
-  o.default_partitions = static_cast<int32_t>(partitions);
-  auto b = broker::Broker::Start(o);
-  if (!b.ok()) {
-    std::fprintf(stderr, "broker: %s\n", b.status().ToString().c_str());
-    return 1;
-  }
-  // A client's metadata request may have created it already (auto-create,
-  // with the same partitions).
+  testing::EmbeddedCluster cluster(1);
   Status created =
-      (*b)->CreateTopic(std::string(kBrokerBenchTopic), static_cast<int32_t>(partitions));
-  if (!created.ok() && created.code() != base::StatusCode::kFailedPrecondition) {
-    std::fprintf(stderr, "broker: %s\n", created.ToString().c_str());
+      cluster.CreateTopic(std::string(kBrokerBenchTopic), static_cast<int>(partitions));
+  if (!created.ok()) {
+    std::fprintf(stderr, "mock: %s\n", created.ToString().c_str());
     return 1;
   }
-  std::printf("bootstrap: %s\n", (*b)->bootstrap().c_str());
+  std::printf("bootstrap: %s\n", cluster.bootstrap().c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);
-  Status st = (*b)->Stop();
-  if (!st.ok()) std::fprintf(stderr, "broker: %s\n", st.ToString().c_str());
-  return st.ok() ? 0 : 1;
+  return 0;
 }
 
 }  // namespace tally::bench

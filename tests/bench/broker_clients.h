@@ -1,6 +1,6 @@
 // broker_clients: what the broker workloads (broker_workloads.h) are made
-// of. A broker in a child process (tally's, run by this binary's
-// `--broker-child` mode, or the mock `tally broker`) whose CPU is read from
+// of. A broker in a child process (tally's, `tally broker`, or the mock, run
+// by this binary's `--broker-child --mock` mode) whose CPU is read from
 // /proc, and Kafka clients set up as tally's own: a producer as the event
 // publisher makes it (base::KafkaProducer: idempotent, acks=all, lz4,
 // linger.ms 5, librdkafka's batch sizes, murmur2_random) and consumers as

@@ -1,11 +1,11 @@
 // broker_workloads: tally-bench's workloads of a Kafka broker alone, run
 // against tally's own broker (broker/, tally::broker) and, beside it in the
-// same run, against the mock cluster `tally broker` serves today, its
-// baseline. Each broker is a child process on a free loopback port: tally's
-// is this binary's `--broker-child` mode (RunBrokerChild) on a fresh log
-// directory, the mock `tally broker --port P`. Broker CPU is utime+stime of
-// that child (/proc/PID/stat), so the clients (librdkafka, in tally-bench)
-// are not counted. Clients are set up as tally's own: producers by
+// same run, against librdkafka's mock cluster, what tally stood on before,
+// as the baseline. Each broker is a child process on a free loopback port:
+// tally's is `tally broker` on a fresh log directory, as a user runs it; the
+// mock is this binary's `--broker-child --mock` (RunBrokerChild). Broker CPU
+// is utime+stime of that child (/proc/PID/stat), so the clients (librdkafka,
+// in tally-bench) are not counted. Clients are set up as tally's own: producers by
 // base::KafkaProducer (idempotent, acks=all, lz4, linger.ms 5, librdkafka's
 // batch sizes), consumers by base::MakeConsumer with tally's short
 // fetch.wait.max.ms (10 ms on the mock, 100 ms on a real broker).
@@ -50,8 +50,8 @@ inline constexpr const char* kBrokerWorkloads =
     "broker_produce,broker_fetch,broker_idle,broker_latency,broker_steady";
 
 struct BrokerBenchOptions {
-  std::string tally;           // the tally binary (its `broker` command: the mock)
-  std::string self;            // this binary, for `--broker-child`
+  std::string tally;           // the tally binary (its `broker` command)
+  std::string self;            // this binary, for `--broker-child --mock`
   std::string dir;             // scratch directory of this run; created if missing
   int partitions = 16;         // of the topic every workload uses
   int64_t events = 1000000;    // broker_produce, broker_fetch
@@ -98,11 +98,11 @@ class BrokerWorkloads {
   int started_ = 0;  // brokers started, for their directory and log names
 };
 
-// `tally-bench --broker-child --log-dir D --port P [--log-flush-ms F]
-// [--partitions N]`: runs tally::broker on D at 127.0.0.1:P with the topic
-// tally.events of N partitions, prints "bootstrap: HOST:PORT" once it
-// serves, and stops cleanly at SIGTERM or SIGINT. argv holds the flags after
-// --broker-child. Returns the exit status. In broker_clients.cc.
+// `tally-bench --broker-child --mock [--partitions N]`: runs librdkafka's
+// mock cluster with the topic tally.events of N partitions, prints
+// "bootstrap: HOST:PORT" once it serves, and stops at SIGTERM or SIGINT.
+// argv holds the flags after --broker-child. Returns the exit status. In
+// broker_clients.cc.
 int RunBrokerChild(int argc, char** argv);
 
 }  // namespace tally::bench
