@@ -5,6 +5,7 @@ tally_library(broker_log
   SOURCES
     ${CMAKE_CURRENT_SOURCE_DIR}/src/log/compression.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/src/log/file_util.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/src/log/flush_pool.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/src/log/log_manager.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/src/log/partition_log.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/src/log/partition_log_cleaner.cc
@@ -55,6 +56,7 @@ if(TALLY_BUILD_TESTS)
       ${CMAKE_CURRENT_SOURCE_DIR}/tests/log_cleaner_test.cc
       ${CMAKE_CURRENT_SOURCE_DIR}/tests/log_manager_test.cc
       ${CMAKE_CURRENT_SOURCE_DIR}/tests/log_compression_test.cc
+      ${CMAKE_CURRENT_SOURCE_DIR}/tests/log_flush_pool_test.cc
     DEPS tally::broker_log tally::testing ${broker_log_codec_libs})
   target_compile_definitions(broker_log_test PRIVATE ${broker_log_codec_defs})
   target_include_directories(broker_log_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src

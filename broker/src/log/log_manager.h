@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "log/file_util.h"
+#include "log/flush_pool.h"
 #include "log/partition_log.h"
 #include "log/topic_config.h"
 
@@ -37,6 +38,8 @@ struct LogManagerOptions {
   int32_t node_id = 1;
   // Group commit interval; 0: no flusher, the HW follows the written end.
   int64_t log_flush_ms = 2;
+  // Partitions a flush round syncs at once (FlushPool; 1: one after another).
+  int flush_parallelism = 16;
   int64_t index_interval_bytes = 4096;
   // Configs of topics created without them (auto-created topics, and every
   // key a CreateTopics request leaves out).
@@ -164,6 +167,8 @@ class LogManager {
   std::atomic<bool> dirty_{false};  // written since the flusher's last round began
   std::vector<std::shared_ptr<PartitionLog>> flush_list_;  // guarded by mu_
   std::thread flusher_;
+  // The flusher's helpers: a round's partitions are synced side by side.
+  std::unique_ptr<FlushPool> flush_pool_;
   std::atomic<int64_t> flush_rounds_{0};
   std::atomic<int64_t> flush_total_us_{0};
   std::atomic<int64_t> flush_last_us_{0};

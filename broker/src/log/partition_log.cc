@@ -406,6 +406,11 @@ Status PartitionLog::Flush() {
   return Status::Ok();
 }
 
+bool PartitionLog::flush_pending() {
+  std::lock_guard<std::mutex> lock(flush_mu_);
+  return !dirty_files_.empty() || dir_dirty_ || written_end_ > high_watermark_.load();
+}
+
 Status PartitionLog::Close() {
   // The snapshot first, so that the flush below also syncs its directory
   // entry.

@@ -146,6 +146,8 @@ class PartitionLog {
   // HW where it was, returns kIOError and makes every later Append and Flush
   // fail (the data's fate is unknown until a restart recovers the log).
   base::Status Flush();
+  // True when a Flush() now would sync something: written since the last.
+  bool flush_pending();
 
   // Flushes, writes the producer snapshot at the LEO and closes the files.
   // The log must not be used afterwards.
