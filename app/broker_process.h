@@ -1,20 +1,16 @@
-// BrokerProcess: `tally up`'s embedded broker, run as a process of its own so
-// that what it acknowledged outlives a crash of the aggregator.
+// BrokerProcess: `tally up`'s own broker, run as a process of its own.
 //
-// The embedded broker (librdkafka's mock cluster) keeps its log in memory.
-// Were it a thread of `tally up`, a SIGKILL of `tally up` would take every
-// event it had acknowledged but tally had not applied yet with it (SPEC
-// section 4, "Acknowledged means kept"). So `tally up` without --brokers runs
-// `tally broker --state-dir DIR` as a child in a session of its own: a
-// terminal's Ctrl-C reaches only `tally up`, and a SIGKILL of `tally up`
-// leaves the broker serving. The broker records itself in `DIR/BROKER`
-// (BrokerRecord); the next `tally up` on DIR finds it there and goes on with
-// the same log, the same offsets and the same incarnation, so nothing is
-// read twice and nothing is lost.
+// `tally up` without --brokers runs `tally broker --state-dir DIR` as a
+// child in a session of its own: a terminal's Ctrl-C reaches only `tally
+// up`, and a SIGKILL of `tally up` leaves the broker serving, so producers
+// (kcat, the apps) go on publishing while `tally up` restarts. The broker
+// records itself in `DIR/BROKER` (BrokerRecord); the next `tally up` on DIR
+// finds it there and goes on with it.
 //
-// A clean stop of `tally up` stops the broker only once everything it holds
-// is applied (lag 0); otherwise the broker is left running and found again.
-// The broker ends by itself when its state directory is removed.
+// A clean stop of `tally up` stops the broker too: its log is on disk, with
+// every record it acknowledged and the offsets tally committed, so the next
+// `tally up` applies whatever was not applied yet. The broker ends by itself
+// when its state directory is removed.
 //
 // Thread model: one thread (main's) creates, controls and destroys it.
 #pragma once

@@ -30,29 +30,9 @@ namespace tally::app {
 
 namespace {
 
-// How long a clean stop waits for the embedded broker's records to be
-// applied before it stops the broker; past it, the broker is left running.
-// Part of the stop's budget (base::kStopBudgetMs), the rest left to the
-// stages.
-constexpr int kDrainAtStopMs = 5000;
-
-// Waits until everything published is visible (lag 0) or `deadline_ms`
-// (steady clock) passes or Kafka is unreachable. True when lag reached 0;
-// `lag` gets the last total seen (-1: none).
-bool WaitForLagZero(query::WatermarkSource* watermarks, int64_t deadline_ms, int64_t* lag) {
-  *lag = -1;
-  for (;;) {
-    if (!base::KafkaHealth::Global().Problem().empty()) return false;
-    // A broker that does not answer must not hold the stop past its budget.
-    auto report = watermarks->Compute(deadline_ms);
-    if (report.ok()) {
-      *lag = report->lag;
-      if (report->lag == 0) return true;
-    }
-    if (base::SteadyMs() >= deadline_ms) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
+// How long a clean stop gives its own broker to flush and close its log
+// before a SIGKILL (which loses nothing acknowledged either: SPEC section 7).
+constexpr int kBrokerStopMs = 3000;
 
 }  // namespace
 
@@ -292,13 +272,6 @@ int RunUp(int argc, char** argv) {
   // Shutdown order: stop accepting, stop consuming, apply the last window, close.
   TALLY_LOG_INFO("up", "stopping");
   (*tier)->server->Stop();
-  // The embedded broker stops with us only once it holds nothing unapplied.
-  bool drained = false;
-  int64_t lag = -1;
-  if (broker && !failed && runner.running()) {
-    drained = WaitForLagZero(watermarks.get(),
-                             base::SteadyMs() + base::StopBudgetLeftMs(kDrainAtStopMs), &lag);
-  }
   runner.Stop();
   if (member) member->Leave();  // after the applier left the group
   tier->reset();
@@ -307,18 +280,11 @@ int RunUp(int argc, char** argv) {
   member.reset();
   store.reset();
   base::KafkaHealth::Global().StopProbe();
+  // Its own broker stops with it: what the broker acknowledged is on disk
+  // and the committed offsets say what was applied, so the next `tally up`
+  // goes on from there whatever is still unapplied now.
   if (broker && broker->Alive()) {
-    if (drained && !runner.failed()) {
-      if (auto st = broker->Stop(10000); !st.ok()) TALLY_LOG_WARN("up", "{}", st.ToString());
-    } else {
-      TALLY_LOG_WARN("up",
-                     "the embedded broker (pid {}, {}) keeps running: {} records it acknowledged "
-                     "may not be applied yet; the next `tally up --state-dir {}` goes on with them "
-                     "(kill {} drops them)",
-                     broker->pid(), broker->bootstrap(),
-                     lag < 0 ? std::string("some") : std::to_string(lag), f.state_dir,
-                     broker->pid());
-    }
+    if (auto st = broker->Stop(kBrokerStopMs); !st.ok()) TALLY_LOG_WARN("up", "{}", st.ToString());
   }
   failed = failed || runner.failed();
   TALLY_LOG_INFO("up", "stopped{}", failed ? " after an error" : "");
