@@ -265,7 +265,7 @@ int RunBroker(int argc, char** argv) {
                                      return base::Status::Ok();
                                    },
                                    b->bootstrap()},
-                     dir_removed);
+                     dir_removed, /*interval_ms=*/200);
   TALLY_LOG_INFO(kComponent, "stop requested");
   if (!state_dir.empty()) {
     RemoveBrokerRecord(state_dir, getpid());

@@ -29,9 +29,10 @@ void InstallBrokerControlSignals() {
   sigaction(SIGUSR2, &sa, nullptr);
 }
 
-void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done) {
+void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done,
+                        int interval_ms) {
   int64_t down_since = -1;
-  while (!base::WaitForShutdown(50)) {
+  while (!base::WaitForShutdown(interval_ms)) {
     if (done && done()) return;
     int signo = g_pending.exchange(0);
     if (signo == 0) continue;

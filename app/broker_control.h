@@ -28,9 +28,10 @@ struct BrokerControl {
 };
 
 // Blocks until a shutdown is requested (base/shutdown.h) or `done` (checked
-// every 50 ms; may be null) returns true. Meanwhile applies each
-// SIGUSR1/SIGUSR2 through `control`, logging one line for each change; with
-// no broker it logs that the signal is ignored.
-void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done = nullptr);
+// every `interval_ms`; may be null) returns true. Meanwhile applies each
+// SIGUSR1/SIGUSR2 through `control` (within `interval_ms`), logging one line
+// for each change; with no broker it logs that the signal is ignored.
+void ServeUntilShutdown(const BrokerControl& control, const std::function<bool()>& done = nullptr,
+                        int interval_ms = 50);
 
 }  // namespace tally::app
