@@ -1,11 +1,12 @@
 // FlushPool: runs the calls of one flush round side by side.
 //
-// fdatasync calls on different files that are in flight together are made
-// durable by one journal commit and one device cache flush (ext4's jbd2
-// batches them), so a round over 16 dirty partitions costs about one
-// fdatasync instead of 16. On this project's test machine (virtio disk,
-// ext4) a round of 16 took 64 ms one after another and 1.8-2.6 ms side by
-// side (docs/performance-history.md, "The broker's flush").
+// fdatasync calls on different files that are in flight together share
+// their device cache flushes (the block layer merges flush requests that
+// overlap; on a journalling file system the journal commits them together
+// too), so a round over 16 dirty partitions costs about one fdatasync
+// instead of 16. On this project's test machine (virtio disk, ext4) a round
+// of 16 took 64 ms one after another and 1.8-2.6 ms side by side
+// (docs/performance-history.md, "The broker's flush").
 //
 // Thread model: Run() from one thread at a time (the log's flusher); the
 // helper threads are internal and run only the function Run() was given.
