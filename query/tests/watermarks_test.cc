@@ -124,6 +124,13 @@ class DeltasPositionRuleTest : public BuildWatermarkReportTest {
     committed_[{"tally.events", 0}].deltas = {DeltasPosition{0, 3, 3, 1},
                                               DeltasPosition{1, 5, 4, 2}};
   }
+  // The held report of `held` into *out (fails the test if it cannot be built).
+  void BuildHeld(const std::map<uint32_t, Progress>& held, WatermarkReport* out) {
+    auto r = BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas",
+                                      deltas_);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    *out = *std::move(r);
+  }
 };
 
 TEST_F(DeltasPositionRuleTest, AnUnappliedLastMessageHidesOnlyTheRecordsFromItsFirst) {
@@ -202,42 +209,38 @@ TEST_F(DeltasPositionRuleTest, AStalledPartitionNeverMovesARowBack) {
   AppliedFloors floors;
   std::map<uint32_t, Progress> held = {{0, progress_[0]}, {1, progress_[1]}};
   held[1].next_deltas_offset = 5;
-  auto first =
-      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
-  ASSERT_TRUE(first.ok());
-  floors.Hold(held, "tally.deltas", &*first);
-  EXPECT_EQ(Row(first->rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
+  WatermarkReport first;
+  ASSERT_NO_FATAL_FAILURE(BuildHeld(held, &first));
+  floors.Hold(held, "tally.deltas", &first);
+  EXPECT_EQ(Row(first.rows[0]), "tally.events/0 applied=4 end=5 lag=1 ts=90");
 
   // The router routed record 5 into partition 1 at offset 6 and committed.
   input_[0][0].high = 6;
   deltas_[1].high = 7;
   committed_[{"tally.events", 0}] = {6, {DeltasPosition{0, 3, 3, 1}, DeltasPosition{1, 6, 5, 5}}};
-  auto second =
-      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ(Row(second->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");  // the mark
-  floors.Hold(held, "tally.deltas", &*second);
-  EXPECT_EQ(Row(second->rows[0]), "tally.events/0 applied=4 end=6 lag=2 ts=90");
-  EXPECT_EQ(second->lag, 2 + 1 + 0 + 2);
+  WatermarkReport second;
+  ASSERT_NO_FATAL_FAILURE(BuildHeld(held, &second));
+  EXPECT_EQ(Row(second.rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");  // the mark
+  floors.Hold(held, "tally.deltas", &second);
+  EXPECT_EQ(Row(second.rows[0]), "tally.events/0 applied=4 end=6 lag=2 ts=90");
+  EXPECT_EQ(second.lag, 2 + 1 + 0 + 2);
 
   // A partition that went back (another state) voids every claim.
   held[1].next_deltas_offset = 4;
-  auto third =
-      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
-  ASSERT_TRUE(third.ok());
-  floors.Hold(held, "tally.deltas", &*third);
-  EXPECT_EQ(Row(third->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");
+  WatermarkReport third;
+  ASSERT_NO_FATAL_FAILURE(BuildHeld(held, &third));
+  floors.Hold(held, "tally.deltas", &third);
+  EXPECT_EQ(Row(third.rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=90");
 
   // So does a change of the partitions held, and a claim beyond a row's
   // end (a recreated topic) is dropped.
-  floors.Hold(held, "tally.deltas", &*second);  // claims 4 again
+  floors.Hold(held, "tally.deltas", &second);  // claims 4 again
   held.erase(0);
-  auto fourth =
-      BuildHeldWatermarkReport({"tally.events"}, committed_, held, input_, "tally.deltas", deltas_);
-  ASSERT_TRUE(fourth.ok());
-  floors.Hold(held, "tally.deltas", &*fourth);
-  EXPECT_EQ(Row(fourth->rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=80");
-  WatermarkReport recreated = *fourth;
+  WatermarkReport fourth;
+  ASSERT_NO_FATAL_FAILURE(BuildHeld(held, &fourth));
+  floors.Hold(held, "tally.deltas", &fourth);
+  EXPECT_EQ(Row(fourth.rows[0]), "tally.events/0 applied=1 end=6 lag=5 ts=80");
+  WatermarkReport recreated = fourth;
   recreated.rows[0].applied_offset = 0;
   recreated.rows[0].end_offset = 0;
   recreated.rows[0].lag = 0;
