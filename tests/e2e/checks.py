@@ -165,6 +165,28 @@ class Feeder(threading.Thread):
         self.published += len(chunk)
 
 
+class ModelFeed:
+    """A Workload's records published to tally.events with kcat, counted:
+    `publish(n)` sends n more; `published` is how many so far."""
+
+    def __init__(self, h, brokers, workload):
+        self.h, self.brokers, self.w = h, brokers, workload
+        self.published = 0
+
+    def publish(self, n):
+        recs = self.w.stream(n)
+        tallyctl.publish(self.h.kcat, self.brokers, [(r.key, r.value) for r in recs])
+        self.published += len(recs)
+        return recs
+
+
+def caught_up_and_exact(h, client, proc, model, published, what):
+    """Waits for lag 0 with every published record in the input, then
+    compares every count with the model."""
+    tallyctl.wait_lag_zero(client, timeout=120, proc=proc, min_input_end=published)
+    compare_with_model(h, client, model, what)
+
+
 def logged_model(h, brokers, w):
     """The model to compare with, and how many valid records tally.events
     holds more than once: the workload's own model, unless that count is

@@ -171,28 +171,21 @@ def main():
             log("state directory: a %d MiB tmpfs at %s" % (TMPFS_MB, state))
             broker, brokers = h.start_broker(partitions=4)
             w = event_model.Workload(h.rng, 300, 200)
-            published = 0
-
-            def publish(n):
-                nonlocal published
-                recs = w.stream(n)
-                tallyctl.publish(h.kcat, brokers, [(r.key, r.value) for r in recs])
-                published += len(recs)
+            feed = checks.ModelFeed(h, brokers, w)
 
             def start(log_name, reserve_mb):
                 return h.start_up(brokers, state, tallyctl.free_port(), partitions=4, log_name=log_name,
                                   extra=UP_ARGS + ["--min-free-mb", str(reserve_mb)])
 
             up, client = start("up.log", RESERVE_MB)
-            publish(3000)
-            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            checks.compare_with_model(h, client, w.model, "before the disk fills")
+            feed.publish(3000)
+            checks.caught_up_and_exact(h, client, up, w.model, feed.published, "before the disk fills")
             h.checkpoint("before the disk fills")
 
             # ---- round 1: below the reserve -------------------------------------
             before = snapshot(client, w.model)
             filler = fill(state, leave=1 << 20)
-            publish(3000)
+            feed.publish(3000)
             tallyctl.wait_until("the applier to log that the disk is full",
                                 lambda: tallyctl.log_lines(h.path("up.log"), ERROR_LINE), timeout=30, proc=up)
             first = tallyctl.log_lines(h.path("up.log"), ERROR_LINE)[0]
@@ -220,12 +213,11 @@ def main():
             os.remove(filler)
             log("filler removed: %.1f MiB free" % (free_bytes(state) / 2**20))
             tallyctl.wait_healthy(client, timeout=60, proc=up)
-            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
+            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=feed.published)
             h.check(len(tallyctl.log_lines(h.path("up.log"), RESUMED_LINE)) == 1,
                     "expected one line saying applying resumes")
             checks.compare_with_model(h, client, w.model, "after the reserve's full disk")
-            rc, clean = up.stop(grace=30)
-            h.check(clean and rc == 0, "tally up on SIGTERM after the full disk: exit %s" % rc)
+            h.stop_cleanly(up, "tally up after the full disk")
             check_no_abort(h, "up.log")
             h.checkpoint("round 1: below the reserve, then freed")
 
@@ -238,10 +230,10 @@ def main():
             keep = KeepFull(state)
             deadline = time.monotonic() + 40
             while health(client)[0] != 503 and time.monotonic() < deadline and up.alive():
-                publish(2000)
+                feed.publish(2000)
             # More windows against the full disk: WAL writes, flushes and
             # RocksDB's own recovery attempts all meet ENOSPC meanwhile.
-            publish(2000)
+            feed.publish(2000)
             tallyctl.wait_until("the new events to reach the applier", lambda: (tallyctl.watermarks(client) or {})
                                 .get("lag", 0) > 0 or not up.alive(), timeout=30)
             status, body = health(client)
@@ -267,17 +259,16 @@ def main():
             os.remove(filler)
             log("filler removed: %.1f MiB free" % (free_bytes(state) / 2**20))
             tallyctl.wait_healthy(client, timeout=60, proc=up)
-            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            checks.compare_with_model(h, client, w.model, "after RocksDB's full disk")
+            checks.caught_up_and_exact(h, client, up, w.model, feed.published,
+                                       "after RocksDB's full disk")
             check_no_abort(h, "up-2.log")
             h.checkpoint("round 2: RocksDB out of space, then freed")
 
             # ---- round 3: a restart on the full disk -------------------------------
-            rc, clean = up.stop(grace=30)
-            h.check(clean and rc == 0, "tally up on SIGTERM after RocksDB's full disk: exit %s" % rc)
+            h.stop_cleanly(up, "tally up after RocksDB's full disk")
             up, client = start("up-3.log", RESERVE_MB)
             filler = fill(state, leave=512 << 10)
-            publish(1000)
+            feed.publish(1000)
             tallyctl.wait_until("/healthz to say the disk is full", lambda: health(client)[0] == 503,
                                 timeout=30, proc=up)
             up.kill9()
@@ -310,13 +301,12 @@ def main():
             if how == "exited":
                 up, client = start("up-5.log", RESERVE_MB)
             tallyctl.wait_healthy(client, timeout=60, proc=up)
-            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            checks.compare_with_model(h, client, w.model, "after a restart on the full disk")
-            rc, clean = up.stop(grace=30)
-            h.check(clean and rc == 0, "tally up on SIGTERM at the end: exit %s" % rc)
+            checks.caught_up_and_exact(h, client, up, w.model, feed.published,
+                                       "after a restart on the full disk")
+            h.stop_cleanly(up, "tally up at the end")
             h.checkpoint("round 3: restart on the full disk, then freed")
 
-            log("%d records published" % published)
+            log("%d records published" % feed.published)
             h.finish_checks("e2e_disk_full")
             log("total %.0f s" % (time.monotonic() - t_begin))
     finally:

@@ -30,14 +30,6 @@ DUPLICATE_MARK = "another live process is already this member"
 TAKEOVER_MARK = "is a stopped process's"
 
 
-def cluster_view(client):
-    r = client.try_get("/v1/cluster")
-    if r is None or r.status != 200:
-        return None
-    doc = r.json()
-    return (doc["generation"], tuple((m["member"], tuple(m["owns"])) for m in doc["members"]))
-
-
 def main():
     args = tallyctl.parse_args(__doc__)
     with tallyctl.Harness(args, "e2e_duplicate_member", default_seed=37) as h:
@@ -51,7 +43,7 @@ def main():
         recs = w.stream(1500)
         tallyctl.publish(h.kcat, brokers, [(r.key, r.value) for r in recs])
         tallyctl.wait_lag_zero(ca, timeout=120, proc=a, min_input_end=len(recs))
-        before = cluster_view(ca)
+        before = tallyctl.cluster_view(ca)
         log("A settled: generation %d, %s" % (before[0], before[1]))
 
         # ---- B: A's --advertise, its own --http ------------------------------------
@@ -70,7 +62,7 @@ def main():
         joined = tallyctl.log_lines(h.path("b.log"), "assigned ")
         h.check(not joined, "B joined a group before refusing: %s" % joined[:1])
         time.sleep(2.0)  # a heartbeat of A's after B's exit: measuring that nothing moved
-        after = cluster_view(ca)
+        after = tallyctl.cluster_view(ca)
         h.check(after == before, "A's /v1/cluster moved while B tried: %s -> %s" % (before, after))
         checks.compare_with_model(h, ca, w.model, "A after B's refused start")
         h.checkpoint("a second process under one member id refuses to start")
@@ -88,10 +80,8 @@ def main():
         h.check(not errors, "the restarted A logged errors: %r" % [e[:300] for e in errors])
         tallyctl.wait_until("the restarted A to own every partition",
                             lambda: tallyctl.cluster_settled(ca, 1, 4), 60, proc=a)
-        tallyctl.wait_lag_zero(ca, timeout=120, proc=a, min_input_end=len(recs))
-        checks.compare_with_model(h, ca, w.model, "A after its SIGKILL and restart")
-        rc, clean = a.stop(grace=30)
-        h.check(clean and rc == 0, "A on SIGTERM: exit %s" % rc)
+        checks.caught_up_and_exact(h, ca, a, w.model, len(recs), "A after its SIGKILL and restart")
+        h.stop_cleanly(a, "A")
         h.checkpoint("a killed member restarts under its id at once")
 
 

@@ -34,14 +34,6 @@ REBALANCE = re.compile(r"assigned |revoked |: owned|given up|handing over|joinin
 WATCH_S = 12.0
 
 
-def cluster_view(client):
-    r = client.try_get("/v1/cluster")
-    if r is None or r.status != 200:
-        return None
-    doc = r.json()
-    return (doc["generation"], tuple((m["member"], tuple(m["owns"])) for m in doc["members"]))
-
-
 def lines_of(path):
     with open(path, errors="replace") as f:
         return f.read().splitlines()
@@ -75,7 +67,7 @@ def main():
         a, ca = h.start_up(brokers, h.path("a"), tallyctl.free_port(), log_name="a.log")
         tallyctl.wait_until("member A to own every partition", lambda: tallyctl.cluster_settled(ca, 1, 4),
                             60, proc=a)
-        before = cluster_view(ca)
+        before = tallyctl.cluster_view(ca)
         log("A settled: generation %d, %s" % (before[0], before[1]))
         a_lines = len(lines_of(h.path("a.log")))
 
@@ -90,7 +82,7 @@ def main():
             # A is watched from B's start to WATCH_S after B's exit.
             deadline = None
             while True:
-                view = cluster_view(ca)
+                view = tallyctl.cluster_view(ca)
                 if view is not None:
                     views.append(view)
                 if deadline is None and not b.alive():
@@ -113,8 +105,8 @@ def main():
                 % (before, changed[:3]))
         moves = [l for l in lines_of(h.path("a.log"))[a_lines:] if REBALANCE.search(l)]
         h.check(not moves, "A's log shows a rebalance around B's failed start: %r" % moves[:5])
-        h.check(tallyctl.cluster_settled(ca, 1, 4) and cluster_view(ca) == before,
-                "A still owns every partition alone, same generation: %s" % (cluster_view(ca),))
+        h.check(tallyctl.cluster_settled(ca, 1, 4) and tallyctl.cluster_view(ca) == before,
+                "A still owns every partition alone, same generation: %s" % (tallyctl.cluster_view(ca),))
         h.checkpoint("a member whose --http port is taken fails before the groups see it")
 
         # tally serve beside a member: the same refusal at once.
@@ -129,8 +121,7 @@ def main():
             holder.close()
         h.checkpoint("tally serve whose --http port is taken fails at once")
 
-        rc, clean = a.stop(grace=30)
-        h.check(clean and rc == 0, "A on SIGTERM: exit %s%s" % (rc, "" if clean else " (SIGKILL)"))
+        h.stop_cleanly(a, "A")
         broker.stop()
         h.finish_checks("e2e_http_port_taken")
 

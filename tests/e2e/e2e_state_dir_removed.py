@@ -47,28 +47,22 @@ def main():
     with tallyctl.Harness(args, "e2e_state_dir_removed", default_seed=61) as h:
         broker, brokers = h.start_broker(partitions=4)
         w = event_model.Workload(h.rng, 200, 150)
-        published = 0
-
-        def publish(n):
-            nonlocal published
-            recs = w.stream(n)
-            tallyctl.publish(h.kcat, brokers, [(r.key, r.value) for r in recs])
-            published += len(recs)
+        feed = checks.ModelFeed(h, brokers, w)
 
         for round_name, replace in (("removed", False), ("replaced", True)):
             state = h.path("state-" + round_name)
             log_name = "up-%s.log" % round_name
             up, client = h.start_up(brokers, state, tallyctl.free_port(), partitions=4, log_name=log_name)
-            publish(1000)
-            tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-            checks.compare_with_model(h, client, w.model, "before the directory is %s" % round_name)
+            feed.publish(1000)
+            checks.caught_up_and_exact(h, client, up, w.model, feed.published,
+                                       "before the directory is %s" % round_name)
             before = {p: client.get("/v1/posts/%d/counts" % p).text() for p in sorted(w.model.post_ids)[:40]}
 
             shutil.rmtree(state)
             if replace:
                 os.makedirs(state)
             log("%s: %s" % (round_name, state))
-            publish(500)
+            feed.publish(500)
 
             def unhealthy():
                 s, body = health(client)
@@ -103,10 +97,9 @@ def main():
 
         up, client = h.start_up(brokers, h.path("state-new"), tallyctl.free_port(), partitions=4,
                                 log_name="up-new.log")
-        tallyctl.wait_lag_zero(client, timeout=120, proc=up, min_input_end=published)
-        checks.compare_with_model(h, client, w.model, "a new member on a fresh directory")
-        rc, clean = up.stop(grace=30)
-        h.check(clean and rc == 0, "tally up on SIGTERM: exit %s" % rc)
+        checks.caught_up_and_exact(h, client, up, w.model, feed.published,
+                                   "a new member on a fresh directory")
+        h.stop_cleanly(up, "tally up")
         h.checkpoint("nothing acknowledged was lost")
 
 

@@ -398,6 +398,16 @@ def cluster_settled(client, members, partitions=None):
     return partitions is None or sorted(p for m in ms for p in m["owns"]) == list(range(partitions))
 
 
+def cluster_view(client):
+    """`client`'s GET /v1/cluster as (generation, ((member, owns), ...)), or
+    None if it is not 200: what two reads compare to see the group still."""
+    r = client.try_get("/v1/cluster")
+    if r is None or r.status != 200:
+        return None
+    doc = r.json()
+    return (doc["generation"], tuple((m["member"], tuple(m["owns"])) for m in doc["members"]))
+
+
 def watermarks(client):
     """The parsed /v1/watermarks answer, or None if it is not 200."""
     r = client.try_get("/v1/watermarks")
@@ -631,6 +641,13 @@ class Harness:
             if len(self.failures) <= 50:
                 log("CHECK FAILED: %s" % message)
         return ok
+
+    def stop_cleanly(self, proc, what=None, grace=30):
+        """SIGTERM to `proc`; checks it exited 0 within `grace` s. Returns the code."""
+        rc, clean = proc.stop(grace=grace)
+        self.check(clean and rc == 0, "%s on SIGTERM: exit %s%s"
+                   % (what or proc.name, rc, "" if clean else " (SIGKILL)"))
+        return rc
 
     def checkpoint(self, what):
         """Logs how a group of checks went; failures stay recorded for
